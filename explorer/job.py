@@ -1,0 +1,52 @@
+"""A trial job: everything the worker processes need, serialisable to one JSON string."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from explorer.spec import MeasurementSpec, ResourcesSpec, WorkloadSpec
+from explorer.trial_config import TrialConfig
+
+__all__ = ["TrialJob"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialJob:
+    """The typed hand-over from the launcher to the worker processes of one trial."""
+
+    trial_number: int
+    config: TrialConfig
+    workload: WorkloadSpec
+    measurement: MeasurementSpec
+    resources: ResourcesSpec
+    model_path: str | None = None
+    """Resolved local model directory or hub id (``None`` for an architecture)."""
+    dataset_path: str | None = None
+    """Resolved JSONL path (``None`` for synthetic data)."""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "trial_number": self.trial_number,
+                "config": self.config.to_dict(),
+                "workload": self.workload.model_dump(mode="json"),
+                "measurement": self.measurement.model_dump(mode="json"),
+                "resources": self.resources.model_dump(mode="json"),
+                "model_path": self.model_path,
+                "dataset_path": self.dataset_path,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialJob:
+        data = json.loads(text)
+        return cls(
+            trial_number=data["trial_number"],
+            config=TrialConfig.from_dict(data["config"]),
+            workload=WorkloadSpec.model_validate(data["workload"]),
+            measurement=MeasurementSpec.model_validate(data["measurement"]),
+            resources=ResourcesSpec.model_validate(data["resources"]),
+            model_path=data["model_path"],
+            dataset_path=data["dataset_path"],
+        )

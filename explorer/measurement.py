@@ -1,0 +1,104 @@
+"""What a trial measured, in the seeds' (ado SFTTrainer) property names."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Measurement", "Outcome", "Properties"]
+
+
+class Outcome(str, enum.Enum):
+    """How a trial ended."""
+
+    OK = "ok"
+    """Trained and measured."""
+    OOM = "oom"
+    """Ran out of device memory: infeasible, the sampler learns from it."""
+    INVALID = "invalid"
+    """Broke an is_valid rule before launch: infeasible, nothing ran."""
+    FAILED = "failed"
+    """Any other error (crash, NCCL, timeout): Optuna FAIL, retried."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Properties:
+    """Measured properties of a feasible trial.
+
+    Throughputs cover the measured window only: warmup steps are excluded.
+    """
+
+    dataset_tokens_per_second: float
+    """Dataset tokens consumed per second, all processes together. Each consumed entry counts
+    ``min(len(tokens), model_max_length)``: padding is not counted."""
+    dataset_tokens_per_second_per_gpu: float
+    """``dataset_tokens_per_second / number_gpus``: the study's objective."""
+    train_tokens_per_second: float
+    """Tokens fed to the model per second, padding included."""
+    train_runtime: float
+    """Seconds from the start of the first training step to the end of the last one."""
+    train_samples_per_second: float
+    """Samples per second over the measured window."""
+    train_steps_per_second: float
+    """Optimizer steps per second over the measured window."""
+    peak_memory_gib: float
+    """Largest peak over the processes: ``torch.cuda.max_memory_reserved`` on CUDA, peak RSS on CPU."""
+    peak_memory_allocated_gib: float
+    """Largest ``torch.cuda.max_memory_allocated`` over the processes (equals peak RSS on CPU)."""
+    measured_steps: int
+    """Optimizer steps in the measured window."""
+    warmup_steps: int
+    """Optimizer steps excluded as warmup."""
+    measured_seconds: float
+    """Length of the measured window."""
+    measured_dataset_tokens: int
+    """Dataset tokens consumed in the measured window, all processes together."""
+    measured_train_tokens: int
+    """Tokens (padding included) fed in the measured window, all processes together."""
+    measured_samples: int
+    """Samples consumed in the measured window, all processes together."""
+    device: str
+    """``cuda`` or ``cpu``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measurement:
+    """The result of one trial, as the launcher returns it to the study."""
+
+    outcome: Outcome
+    properties: Properties | None = None
+    """Set when ``outcome`` is OK."""
+    error: str | None = None
+    """Why the trial is infeasible or failed (one line where possible)."""
+    wall_seconds: float = 0.0
+    """Wall time of the whole trial, process start-up included."""
+    log_tail: str = ""
+    """The last lines of the training processes' output."""
+    extra: dict[str, str] = field(default_factory=dict)
+    """Free-form context for users (for example the Ray node that ran it)."""
+
+    @property
+    def is_valid(self) -> int:
+        """The seeds' is_valid: 1 for a measured trial, 0 for OOM or a broken rule."""
+        return 1 if self.outcome is Outcome.OK else 0
+
+    def to_json(self) -> str:
+        data = dataclasses.asdict(self)
+        data["outcome"] = self.outcome.value
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Measurement:
+        data = json.loads(text)
+        props = data.pop("properties")
+        return cls(
+            outcome=Outcome(data.pop("outcome")),
+            properties=Properties(**props) if props is not None else None,
+            **data,
+        )

@@ -1,0 +1,239 @@
+"""Load a study file once into typed objects; every problem becomes one :class:`SpecError` line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from explorer.errors import SpecError
+from explorer.spec._models import StudySpec
+
+__all__ = ["LoadedStudy", "load_study", "read_yaml"]
+
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 32
+MAX_YAML_ALIASES = 64
+
+
+def read_yaml(path: Path, *, label: str | None = None) -> Any:
+    """``yaml.safe_load`` a file, with a size limit and a pre-scan that refuses bombs.
+
+    Raises:
+        SpecError: missing file, too large, syntax error, too deep, or too many aliases.
+    """
+    name = label or str(path)
+    if not path.is_file():
+        raise SpecError(file=name, field="", problem="file does not exist")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise SpecError(file=name, field="", problem=f"file is larger than {MAX_YAML_BYTES} bytes")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        depth = aliases = 0
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise SpecError(file=name, field="", problem=f"nesting deeper than {MAX_YAML_DEPTH}")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_YAML_ALIASES:
+                    raise SpecError(
+                        file=name, field="", problem=f"more than {MAX_YAML_ALIASES} YAML aliases"
+                    )
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(file=name, field="", problem=f"YAML syntax error{where}: {problem}") from None
+
+
+def _pydantic_error(file: str, exc: ValidationError) -> SpecError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key"
+    elif err["type"] == "missing":
+        msg = "required field is missing"
+    msg = msg.removeprefix("Value error, ")
+    return SpecError(file=file, field=".".join(loc), problem=msg)
+
+
+@dataclass(frozen=True)
+class LoadedStudy:
+    """A validated study: the typed spec, its search space, and resolved locations."""
+
+    spec: StudySpec
+    space: Any  # explorer.space.SearchSpace (kept Any to avoid an import cycle in type hints)
+    file: Path
+    """The study file."""
+    storage_url: str
+    """Resolved SQLAlchemy URL (sqlite paths made absolute)."""
+    output_dir: Path
+    """Folder for trial logs."""
+    model_path: str | None
+    """Resolved local model directory or hub id."""
+    dataset_path: Path | None
+    """Resolved JSONL file, for jsonl datasets."""
+
+
+def _resolve(base: Path, p: str) -> Path:
+    path = Path(os.path.expanduser(p))
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def _default_storage(base: Path, name: str) -> str:
+    return f"sqlite:///{(base / f'{name}.db').resolve()}"
+
+
+def load_study(
+    path: str | Path, *, storage: str | None = None, n_trials: int | None = None
+) -> LoadedStudy:
+    """Read and validate a study file and everything it points to.
+
+    Nothing is written anywhere. Command-line overrides are applied and validated too.
+
+    Raises:
+        SpecError: the first problem found, naming the file and the field.
+    """
+    from explorer.space import SearchSpace
+    from explorer.validity import invalid_reason
+
+    file = Path(path)
+    label = str(path)
+    raw = read_yaml(file, label=label)
+    if not isinstance(raw, dict):
+        raise SpecError(file=label, field="", problem="a study file must be a YAML mapping")
+    if n_trials is not None:
+        if n_trials < 1:
+            raise SpecError(file="--n-trials", field="", problem=f"{n_trials} must be at least 1")
+        raw = {**raw, "n_trials": n_trials}
+    if storage is not None:
+        raw = {**raw, "storage": storage}
+    try:
+        spec = StudySpec.model_validate(raw)
+    except ValidationError as exc:
+        raise _pydantic_error(label, exc) from None
+    base = file.resolve().parent
+
+    # Search space: a file next to the study, or inline.
+    if isinstance(spec.search_space, str):
+        space_file = _resolve(base, spec.search_space)
+        space_label = spec.search_space if Path(spec.search_space).is_absolute() else str(
+            Path(label).parent / spec.search_space
+        )
+        if not space_file.is_file():
+            raise SpecError(file=label, field="search_space", problem=f"file {space_label} does not exist")
+        space_raw = read_yaml(space_file, label=space_label)
+    else:
+        space_label, space_raw = f"{label} (search_space)", spec.search_space
+    space = SearchSpace.from_raw(space_raw, file=space_label, workload=spec.workload)
+
+    # Model and dataset.
+    model = spec.workload.model
+    model_path: str | None = None
+    if model.path is not None:
+        local = _resolve(base, model.path)
+        if local.exists():
+            model_path = str(local)
+        elif model.is_hub_id:
+            model_path = model.path
+        else:
+            raise SpecError(
+                file=label, field="workload.model.path", problem=f"{model.path} does not exist"
+            )
+    else:
+        _check_architecture(label, model.architecture or {})
+    dataset_path: Path | None = None
+    if spec.workload.dataset.kind == "jsonl":
+        dataset_path = _resolve(base, spec.workload.dataset.path or "")
+        if not dataset_path.is_file():
+            raise SpecError(
+                file=label,
+                field="workload.dataset.path",
+                problem=f"{spec.workload.dataset.path} does not exist",
+            )
+
+    # Every configuration invalid? Then no study is worth starting.
+    reasons: dict[str, int] = {}
+    for i, config in enumerate(space.enumerate()):
+        reason = invalid_reason(config, spec.resources)
+        if reason is None:
+            break
+        key = reason.split(" ")[0] + " ..." if len(reasons) > 3 else reason
+        reasons[key] = reasons.get(key, 0) + 1
+        if i > 200_000:
+            break
+    else:
+        example = next(iter(reasons), "the space is empty")
+        raise SpecError(
+            file=space_label,
+            field="parameters",
+            problem=f"every configuration is invalid on these resources (e.g. {example})",
+        )
+
+    storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
+    output_dir = _resolve(base, spec.output_dir) if spec.output_dir else base / "explorer-runs" / spec.name
+    return LoadedStudy(
+        spec=spec,
+        space=space,
+        file=file,
+        storage_url=storage_url,
+        output_dir=output_dir,
+        model_path=model_path,
+        dataset_path=dataset_path,
+    )
+
+
+def _check_architecture(label: str, arch: dict[str, Any]) -> None:
+    from transformers import CONFIG_MAPPING
+
+    model_type = arch.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise SpecError(
+            file=label,
+            field="workload.model.architecture.model_type",
+            problem=f"{model_type!r} is not a transformers model type (for example llama, granite, mistral)",
+        )
+    config_cls = CONFIG_MAPPING[model_type]
+    try:
+        config_cls(**{k: v for k, v in arch.items() if k != "model_type"})
+    except (TypeError, ValueError) as exc:
+        raise SpecError(file=label, field="workload.model.architecture", problem=str(exc)) from None
+
+
+def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_cli: bool) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    file, field = ("--storage", "") if from_cli else (label, "storage")
+    if url is None:
+        return _default_storage(base, name)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise SpecError(file=file, field=field, problem=f"{url!r} is not an SQLAlchemy URL") from None
+    backend = parsed.get_backend_name()
+    if backend not in ("sqlite", "postgresql", "mysql"):
+        raise SpecError(
+            file=file, field=field, problem=f"unsupported scheme {backend!r}; use sqlite, postgresql or mysql"
+        )
+    if backend == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:":
+            raise SpecError(file=file, field=field, problem="sqlite needs a file path (in-memory is lost)")
+        db_path = Path(db) if Path(db).is_absolute() else (base / db).resolve()
+        if not db_path.parent.is_dir():
+            raise SpecError(
+                file=file, field=field, problem=f"cannot reach storage: folder {db_path.parent} does not exist"
+            )
+        return f"sqlite:///{db_path}"
+    return url

@@ -1,0 +1,224 @@
+"""Typed study file: every section is a frozen pydantic model that rejects unknown keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "DatasetSpec",
+    "LauncherSpec",
+    "MeasurementSpec",
+    "MethodSpec",
+    "ModelSpec",
+    "ResourcesSpec",
+    "SamplerSpec",
+    "StudySpec",
+    "WorkloadSpec",
+]
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# ado's synthetic dataset ids (seed 001): entries x minimum tokens per entry.
+SYNTHETIC_PRESETS: dict[str, tuple[int, int]] = {
+    "news-tokens-16384plus-entries-4096": (4096, 16384),
+}
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class ModelSpec(_Spec):
+    """The model to fine-tune.
+
+    Exactly one of ``architecture`` (a transformers config built locally, random weights) or
+    ``path`` (a Hugging Face id or a local directory) is given.
+    """
+
+    name: str = Field(min_length=1)
+    """Label used in results and exports (ado's ``model_name``)."""
+    architecture: dict[str, Any] | None = None
+    """Keyword arguments of ``transformers.AutoConfig.for_model``, ``model_type`` included."""
+    path: str | None = None
+    """Hugging Face model id or local directory."""
+    weights: Literal["random", "pretrained"] = "random"
+    """With ``path``: load the checkpoint's weights, or only its config. Throughput does not depend
+    on the weights, so ``random`` avoids downloading them."""
+    trust_remote_code: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.architecture is None) == (self.path is None):
+            raise ValueError("give exactly one of 'architecture' or 'path'")
+        if self.architecture is not None and "model_type" not in self.architecture:
+            raise ValueError("architecture needs a 'model_type' (for example 'llama')")
+        if self.architecture is not None and self.weights == "pretrained":
+            raise ValueError("weights: pretrained needs 'path', an architecture has no weights")
+        return self
+
+    @property
+    def is_hub_id(self) -> bool:
+        """Whether ``path`` names a hub repository rather than a local directory."""
+        return bool(self.path) and not self.path.startswith((".", "/", "~")) and bool(
+            HUB_ID.match(self.path or "")
+        )
+
+
+class DatasetSpec(_Spec):
+    """Training data: a synthetic token generator or a JSONL file with a text field."""
+
+    kind: Literal["synthetic", "jsonl"] = "synthetic"
+    preset: str | None = None
+    """Synthetic only: an ado dataset id such as ``news-tokens-16384plus-entries-4096``."""
+    entries: PositiveInt = 4096
+    """Synthetic only: number of entries."""
+    min_tokens: PositiveInt = 16384
+    """Synthetic only: shortest entry, in tokens."""
+    max_tokens: PositiveInt | None = None
+    """Synthetic only: longest entry (defaults to ``min_tokens``: all entries equally long)."""
+    seed: int = 0
+    path: str | None = None
+    """JSONL only: the file (relative paths are relative to the study file)."""
+    text_field: str = "output"
+    """JSONL only: the field holding the text (ado's ``dataset_text_field``)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> DatasetSpec:
+        if self.kind == "jsonl" and not self.path:
+            raise ValueError("a jsonl dataset needs 'path'")
+        if self.kind == "synthetic" and self.path:
+            raise ValueError("'path' is for kind: jsonl")
+        if self.preset is not None and self.preset not in SYNTHETIC_PRESETS:
+            raise ValueError(f"unknown preset {self.preset!r}; known: {sorted(SYNTHETIC_PRESETS)}")
+        if self.max_tokens is not None and self.max_tokens < self.min_tokens:
+            raise ValueError("max_tokens is smaller than min_tokens")
+        return self
+
+    @property
+    def resolved_entries(self) -> int:
+        return SYNTHETIC_PRESETS[self.preset][0] if self.preset else self.entries
+
+    @property
+    def resolved_min_tokens(self) -> int:
+        return SYNTHETIC_PRESETS[self.preset][1] if self.preset else self.min_tokens
+
+    @property
+    def resolved_max_tokens(self) -> int:
+        return self.max_tokens or self.resolved_min_tokens
+
+
+class MethodSpec(_Spec):
+    """Full fine-tuning, or LoRA through peft."""
+
+    kind: Literal["full", "lora"] = "full"
+    r: PositiveInt = 4
+    """LoRA rank (ado's default 4); a search space may vary it as ``lora_r``."""
+    alpha: PositiveInt = 16
+    """LoRA alpha (ado's default 16)."""
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+
+
+class WorkloadSpec(_Spec):
+    """What is fine-tuned, on what, and how."""
+
+    model: ModelSpec
+    dataset: DatasetSpec = Field(default_factory=DatasetSpec)
+    model_max_length: PositiveInt = 1024
+    """Default sequence length (a search space may vary it)."""
+    method: MethodSpec = Field(default_factory=MethodSpec)
+    torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """Mixed-precision dtype on CUDA. The CPU path always trains in float32."""
+
+    @model_validator(mode="after")
+    def _tokenizer_for_text(self) -> WorkloadSpec:
+        if self.dataset.kind == "jsonl" and self.model.path is None:
+            raise ValueError("a jsonl dataset needs a tokenizer: give model.path, not an architecture")
+        return self
+
+
+class MeasurementSpec(_Spec):
+    """How long each trial trains and which steps count."""
+
+    warmup_steps: Annotated[int, Field(ge=0)] = 2
+    """Optimizer steps excluded from throughput (the first one also surfaces OOM)."""
+    measured_steps: PositiveInt | None = 10
+    """Optimizer steps measured after warmup."""
+    measured_seconds: PositiveFloat | None = None
+    """Or: measure for this long after warmup (whichever limit comes first when both are set)."""
+    trial_timeout_s: PositiveFloat = 1800.0
+    """The whole process group is killed after this long; the trial is FAILED."""
+
+    @model_validator(mode="after")
+    def _some_stop(self) -> MeasurementSpec:
+        if self.measured_steps is None and self.measured_seconds is None:
+            raise ValueError("set measured_steps or measured_seconds")
+        return self
+
+
+class ResourcesSpec(_Spec):
+    """The hardware trials may use."""
+
+    gpus_per_node: PositiveInt = 1
+    nodes: PositiveInt = 1
+    gpu_model: str = "NVIDIA-A100-SXM4-80GB"
+    """Name of the GPU model; also requested as a Ray custom resource, as ado does."""
+    device: Literal["auto", "cuda", "cpu"] = "auto"
+    """``auto`` uses CUDA when the worker sees a GPU, else the CPU with gloo."""
+    device_memory_gib: PositiveFloat | None = None
+    """Cap on memory per process, to make a large device behave like a smaller one. CUDA:
+    ``set_per_process_memory_fraction``; CPU: ``RLIMIT_AS`` above the process's baseline."""
+    cpus_per_trial_process: PositiveInt | None = None
+    """Threads per training process on CPU (default: the node's cores divided by the processes)."""
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+class LauncherSpec(_Spec):
+    """Where trials run."""
+
+    kind: Literal["ray"] = "ray"
+    address: str | None = None
+    """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
+    runner: Literal["torchrun", "accelerate"] = "torchrun"
+    """How the processes of one trial are started. Both give one process per GPU."""
+    max_retries: Annotated[int, Field(ge=0)] = 1
+    """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
+
+
+class SamplerSpec(_Spec):
+    """The Optuna sampler."""
+
+    kind: Literal["tpe", "gp", "random", "grid"] = "tpe"
+    seed: int | None = 0
+    n_startup_trials: Annotated[int, Field(ge=0)] | None = None
+    """TPE/GP: random trials before the model kicks in (Optuna's default if unset)."""
+
+
+class StudySpec(_Spec):
+    """A whole study file."""
+
+    name: str = Field(min_length=1, pattern=r"^[\w.-]+$")
+    storage: str | None = None
+    """SQLAlchemy URL. Default: ``sqlite:///<study file dir>/<name>.db``."""
+    output_dir: str | None = None
+    """Trial logs. Default: ``explorer-runs/<name>`` next to the study file."""
+    sampler: SamplerSpec = Field(default_factory=SamplerSpec)
+    n_trials: PositiveInt = 20
+    timeout_s: PositiveFloat | None = None
+    """Stop launching new trials after this many seconds of this run."""
+    parallel_trials: PositiveInt = 1
+    """Trials in flight at once, as far as the GPUs allow."""
+    workload: WorkloadSpec
+    measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
+    search_space: str | dict[str, Any]
+    """A file under ``search_spaces/`` (relative to the study file) or the domains inline."""

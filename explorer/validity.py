@@ -1,0 +1,43 @@
+"""The seeds' is_valid rules, checked before anything is launched.
+
+A configuration that breaks one is recorded as infeasible (``invalid``) with the reason.
+"""
+
+from __future__ import annotations
+
+from explorer.spec import ResourcesSpec
+from explorer.trial_config import TrialConfig
+
+__all__ = ["invalid_reason"]
+
+
+def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
+    """Why ``config`` cannot run on ``resources``, or ``None`` if it may.
+
+    Rules from ado's SFTTrainer (seed 001, "Validation"), plus the limits of what FSDP2 can express.
+    """
+    if config.batch_size < 1:
+        return "batch_size is less than 1"
+    if config.number_nodes < 1:
+        return "number_nodes is less than 1"
+    if config.number_gpus % config.number_nodes:
+        return f"number_gpus {config.number_gpus} is not divisible by number_nodes {config.number_nodes}"
+    if config.batch_size % config.number_gpus:
+        return f"batch_size {config.batch_size} is not divisible by number_gpus {config.number_gpus}"
+    if config.number_gpus > 0 and not resources.gpu_model:
+        return "gpu_model is empty"
+    if config.number_gpus > resources.total_gpus:
+        return f"number_gpus {config.number_gpus} exceeds the {resources.total_gpus} GPUs of the resources"
+    if config.number_nodes > resources.nodes:
+        return f"number_nodes {config.number_nodes} exceeds the {resources.nodes} nodes of the resources"
+    if config.number_gpus // config.number_nodes > resources.gpus_per_node:
+        return (
+            f"{config.number_gpus // config.number_nodes} GPUs per node exceeds "
+            f"gpus_per_node {resources.gpus_per_node}"
+        )
+    if config.fsdp_version == 2 and config.fsdp_sharding_strategy in ("NO_SHARD", "HYBRID_SHARD"):
+        return (
+            f"FSDP2 has no {config.fsdp_sharding_strategy}: accelerate's FSDP2 only reshards "
+            "after forward (FULL_SHARD) or not (SHARD_GRAD_OP)"
+        )
+    return None

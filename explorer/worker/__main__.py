@@ -1,0 +1,5 @@
+import sys
+
+from explorer.worker._train import main
+
+sys.exit(main())

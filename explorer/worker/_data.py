@@ -1,0 +1,86 @@
+"""Training data for the benchmark: synthetic token entries or a tokenised JSONL file.
+
+Every item is right-padded to ``model_max_length``; ``attention_mask`` marks the dataset tokens,
+so ``attention_mask.sum()`` is exactly ``min(len(tokens), model_max_length)`` per entry.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from explorer.spec import DatasetSpec
+
+__all__ = ["JsonlText", "SyntheticTokens", "entry_length", "pad_item"]
+
+PAD_ID = 0
+
+
+def entry_length(spec: DatasetSpec, index: int) -> int:
+    """Untruncated length, in tokens, of synthetic entry ``index`` (deterministic in the seed)."""
+    lo, hi = spec.resolved_min_tokens, spec.resolved_max_tokens
+    if lo == hi:
+        return lo
+    g = torch.Generator().manual_seed(spec.seed * 1_000_003 + index)
+    return int(torch.randint(lo, hi + 1, (1,), generator=g))
+
+
+def pad_item(ids: torch.Tensor, max_length: int) -> dict[str, torch.Tensor]:
+    """Truncate and right-pad one entry; padding is masked out of attention and loss."""
+    ids = ids[:max_length]
+    n = ids.numel()
+    input_ids = torch.full((max_length,), PAD_ID, dtype=torch.long)
+    input_ids[:n] = ids
+    mask = torch.zeros(max_length, dtype=torch.long)
+    mask[:n] = 1
+    labels = input_ids.masked_fill(mask == 0, -100)
+    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+class SyntheticTokens(Dataset[dict[str, torch.Tensor]]):
+    """ado-style synthetic entries (e.g. ``news-tokens-16384plus-entries-4096``), made on the fly.
+
+    Token ids are deterministic and lie in ``[1, vocab_size)``; only their count matters for
+    throughput.
+    """
+
+    def __init__(self, spec: DatasetSpec, *, vocab_size: int, max_length: int) -> None:
+        self.spec = spec
+        self.vocab_size = vocab_size
+        self.max_length = max_length
+
+    def __len__(self) -> int:
+        return self.spec.resolved_entries
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        n = min(entry_length(self.spec, index), self.max_length)
+        ids = (torch.arange(n, dtype=torch.long) * 31 + index * 7919) % (self.vocab_size - 1) + 1
+        return pad_item(ids, self.max_length)
+
+
+class JsonlText(Dataset[dict[str, torch.Tensor]]):
+    """A JSONL file whose ``text_field`` is tokenised with the model's tokenizer."""
+
+    def __init__(self, path: Path, *, text_field: str, tokenizer: Any, max_length: int) -> None:
+        self.items: list[dict[str, torch.Tensor]] = []
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                if text_field not in record:
+                    raise ValueError(f"{path}:{lineno}: no field {text_field!r}")
+                ids = tokenizer(record[text_field], add_special_tokens=True)["input_ids"]
+                self.items.append(pad_item(torch.tensor(ids, dtype=torch.long), max_length))
+        if not self.items:
+            raise ValueError(f"{path}: no entries")
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.items[index]

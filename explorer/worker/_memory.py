@@ -1,0 +1,89 @@
+"""Device memory: the per-process cap, the peak, and what counts as out-of-memory.
+
+The CUDA branches are complete code that has never run in this project's CI (no GPU here).
+"""
+
+from __future__ import annotations
+
+import resource
+
+import torch
+
+__all__ = ["MemoryCap", "is_oom", "peak_memory_bytes"]
+
+_OOM_MARKERS = (
+    "out of memory",
+    "can't allocate memory",  # torch DefaultCPUAllocator under RLIMIT_AS
+    "cannot allocate memory",
+    "std::bad_alloc",
+    "CUDA error: an illegal memory access was encountered",  # ado counts this as OOM
+)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` means the configuration does not fit in device memory."""
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return any(marker.lower() in text.lower() for marker in _OOM_MARKERS)
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmSize in /proc/self/status")
+
+
+class MemoryCap:
+    """Makes a large device behave like one with ``cap_bytes`` of memory per process.
+
+    CUDA: ``torch.cuda.set_per_process_memory_fraction``. CPU: ``RLIMIT_AS`` set to the address
+    space the process had at :meth:`mark_baseline` plus ``cap_bytes`` (the soft limit only, which an
+    unprivileged process may raise again), so that model, gradients,
+    optimizer state and activations together must fit; a larger allocation fails for real with
+    "DefaultCPUAllocator: can't allocate memory". (RLIMIT_DATA would slow every step about 4x.)
+    """
+
+    def __init__(self, cap_bytes: int | None, device: torch.device) -> None:
+        self.cap_bytes = cap_bytes
+        self.device = device
+        self.baseline: int | None = None
+        self._hard: int | None = None
+
+    def mark_baseline(self) -> None:
+        """Call after imports and process-group set-up, before the model is built."""
+        if self.cap_bytes is None:
+            return
+        if self.device.type == "cuda":
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, self.cap_bytes / total), self.device)
+        else:
+            self.baseline = _vm_size()
+
+    def enforce(self) -> None:
+        """Call once the model exists, before training: from here on, allocations may fail."""
+        if self.cap_bytes is None or self.device.type == "cuda" or self.baseline is None:
+            return
+        limit = self.baseline + self.cap_bytes
+        if _vm_size() >= limit:
+            raise MemoryError(
+                f"the model alone exceeds the memory cap of {self.cap_bytes / 2**30:.2f} GiB "
+                "(DefaultCPUAllocator: can't allocate memory)"
+            )
+        self._hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        resource.setrlimit(resource.RLIMIT_AS, (limit, self._hard))
+
+    def release(self) -> None:
+        """Lift the CPU limit so that reporting and shutdown cannot fail on it."""
+        if self._hard is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (self._hard, self._hard))
+
+
+def peak_memory_bytes(device: torch.device) -> tuple[int, int]:
+    """(peak reserved, peak allocated) on CUDA; (peak RSS, peak RSS) on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return rss, rss

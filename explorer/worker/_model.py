@@ -1,0 +1,63 @@
+"""Build the model to fine-tune: from an architecture (random weights) or a path/hub id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from explorer.spec import MethodSpec, ModelSpec
+
+__all__ = ["build_model", "build_tokenizer", "decoder_layer_classes"]
+
+
+def build_model(spec: ModelSpec, path: str | None, *, lora_r: int | None, method: MethodSpec) -> Any:
+    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    if spec.architecture is not None:
+        arch = dict(spec.architecture)
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    elif spec.weights == "pretrained":
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+        )
+    else:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+        model = AutoModelForCausalLM.from_config(
+            config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+        )
+    if lora_r is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=lora_r,
+                lora_alpha=method.alpha,
+                lora_dropout=method.dropout,
+                target_modules=list(method.target_modules),
+                task_type="CAUSAL_LM",
+            ),
+        )
+    return model
+
+
+def build_tokenizer(spec: ModelSpec, path: str | None) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def decoder_layer_classes(model: Any) -> list[str]:
+    """Names of the transformer block classes FSDP wraps one by one."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    names = list(getattr(base, "_no_split_modules", None) or [])
+    if not names:
+        raise ValueError(f"{type(base).__name__} declares no _no_split_modules; cannot auto-wrap for FSDP")
+    return names

@@ -1,0 +1,112 @@
+"""Step timing and token counting inside the HF Trainer.
+
+Tokens are counted from each micro-batch actually fed to the model (``attention_mask.sum()`` is
+the number of dataset tokens, ``input_ids.numel()`` the tokens with padding); the step clock is
+read at every optimizer-step boundary, after a device synchronisation.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+__all__ = ["CountingTrainer", "StepClock", "StepLog"]
+
+
+@dataclass
+class StepLog:
+    """Per-rank record of the run: cumulative counters at the end of each optimizer step."""
+
+    start: float | None = None
+    """Clock at the start of the first step."""
+    ends: list[float] = field(default_factory=list)
+    """Clock at the end of optimizer step i (index 0 is step 1)."""
+    dataset_tokens: list[int] = field(default_factory=list)
+    train_tokens: list[int] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    # running totals, updated per micro-batch
+    run_dataset_tokens: int = 0
+    run_train_tokens: int = 0
+    run_samples: int = 0
+
+
+class CountingTrainer(Trainer):
+    """A Trainer that counts the tokens of every micro-batch it trains on."""
+
+    step_log: StepLog
+
+    def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
+        mask = inputs.get("attention_mask")
+        ids = inputs["input_ids"]
+        log = self.step_log
+        log.run_dataset_tokens += int(mask.sum()) if mask is not None else ids.numel()
+        log.run_train_tokens += ids.numel()
+        log.run_samples += ids.shape[0]
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepClock(TrainerCallback):
+    """Records step boundaries; stops training when the measured window is complete.
+
+    With ``measured_seconds`` the stop decision is all-reduced, so every rank stops at the same step.
+    """
+
+    def __init__(
+        self,
+        log: StepLog,
+        *,
+        device: torch.device,
+        warmup_steps: int,
+        measured_steps: int | None,
+        measured_seconds: float | None,
+    ) -> None:
+        self.log = log
+        self.device = device
+        self.warmup_steps = warmup_steps
+        self.measured_steps = measured_steps
+        self.measured_seconds = measured_seconds
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.log.start is None:
+            _sync(self.device)
+            self.log.start = time.perf_counter()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        _sync(self.device)
+        log = self.log
+        log.ends.append(time.perf_counter())
+        log.dataset_tokens.append(log.run_dataset_tokens)
+        log.train_tokens.append(log.run_train_tokens)
+        log.samples.append(log.run_samples)
+        measured = len(log.ends) - self.warmup_steps
+        if measured <= 0:
+            return
+        stop = self.measured_steps is not None and measured >= self.measured_steps
+        if self.measured_seconds is not None:
+            elapsed = log.ends[-1] - log.ends[self.warmup_steps - 1] if self.warmup_steps else (
+                log.ends[-1] - (log.start or log.ends[-1])
+            )
+            stop = stop or elapsed >= self.measured_seconds
+            stop = _agree(stop, self.device)
+        if stop:
+            control.should_training_stop = True
+
+
+def _agree(flag: bool, device: torch.device) -> bool:
+    """True on every rank if it is true on any rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    t = torch.tensor([1 if flag else 0], device=device if device.type == "cuda" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())

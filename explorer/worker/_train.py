@@ -1,0 +1,252 @@
+"""One rank of a trial: build the job, train under the HF Trainer, report what was measured.
+
+Run as ``python -m explorer.worker --job JSON --out DIR``, once per GPU (torchrun or accelerate
+launch start the processes). Rank 0 writes ``result.json`` (a :class:`Measurement`); a rank that
+raises writes ``error-rank<r>.json`` with the classified outcome, then exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from explorer.job import TrialJob
+from explorer.measurement import Measurement, Outcome, Properties
+from explorer.trial_config import TrialConfig
+from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
+
+__all__ = ["main", "run_rank", "training_arguments"]
+
+GIB = 2**30
+
+
+def pick_device(requested: str) -> torch.device:
+    """The training device for this rank (``auto``: CUDA when the process sees a GPU)."""
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def training_arguments(
+    job: TrialJob, *, device: torch.device, output_dir: str, layer_classes: list[str] | None
+) -> Any:
+    """The TrainingArguments for ``job.config``: backend, sharding and checkpointing from the trial."""
+    from transformers import TrainingArguments
+
+    c: TrialConfig = job.config
+    m = job.measurement
+    kwargs: dict[str, Any] = {}
+    cuda = device.type == "cuda"
+    if cuda:
+        kwargs["bf16"] = job.workload.torch_dtype == "bfloat16"
+        kwargs["fp16"] = job.workload.torch_dtype == "float16"
+        kwargs["ddp_backend"] = "nccl"
+    else:
+        kwargs["use_cpu"] = True
+        kwargs["ddp_backend"] = "gloo" if c.number_gpus > 1 else None
+    if c.distributed_backend == "FSDP":
+        strategy = (c.fsdp_sharding_strategy or "FULL_SHARD").lower()
+        fsdp_config: dict[str, Any] = {
+            "version": c.fsdp_version,
+            "transformer_layer_cls_to_wrap": layer_classes,
+            "activation_checkpointing": c.gradient_checkpointing,
+        }
+        if c.fsdp_version == 2:
+            fsdp_config["reshard_after_forward"] = c.fsdp_sharding_strategy == "FULL_SHARD"
+            kwargs["fsdp"] = "full_shard auto_wrap"
+        else:
+            kwargs["fsdp"] = f"{strategy} auto_wrap" if strategy != "no_shard" else "no_shard"
+        kwargs["fsdp_config"] = fsdp_config
+        gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
+    else:
+        gradient_checkpointing = c.gradient_checkpointing
+    max_steps = m.warmup_steps + (m.measured_steps or 1_000_000)
+    return TrainingArguments(
+        output_dir=output_dir,
+        per_device_train_batch_size=c.per_device_batch_size,
+        gradient_accumulation_steps=c.gradient_accumulation_steps,
+        activation_checkpointing=gradient_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if gradient_checkpointing else None,
+        max_steps=max_steps,
+        learning_rate=1e-5,
+        weight_decay=0.0,
+        lr_scheduler_type="constant",
+        optim=c.optim,
+        torch_compile=c.torch_compile,
+        train_sampling_strategy="sequential",
+        dataloader_num_workers=0,
+        save_strategy="no",
+        logging_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=0,
+        **kwargs,
+    )
+
+
+def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
+    """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
+    from explorer.worker._data import JsonlText, SyntheticTokens
+    from explorer.worker._model import build_model, build_tokenizer, decoder_layer_classes
+    from explorer.worker._timing import CountingTrainer, StepClock, StepLog
+
+    c = job.config
+    device = pick_device(job.resources.device)
+    cap_gib = job.resources.device_memory_gib
+    cap = MemoryCap(int(cap_gib * GIB) if cap_gib else None, device)
+    with tempfile.TemporaryDirectory(prefix="explorer-trainer-") as tmp:
+        model = build_model(
+            job.workload.model, job.model_path, lora_r=c.lora_r, method=job.workload.method
+        )
+        layers = decoder_layer_classes(model) if c.distributed_backend == "FSDP" else None
+        args = training_arguments(job, device=device, output_dir=tmp, layer_classes=layers)
+        _ = args.device  # initialises the process group (gloo / nccl)
+        cap.mark_baseline()
+        vocab = model.config.vocab_size
+        if job.workload.dataset.kind == "jsonl":
+            tokenizer = build_tokenizer(job.workload.model, job.model_path)
+            dataset: Any = JsonlText(
+                Path(job.dataset_path or ""),
+                text_field=job.workload.dataset.text_field,
+                tokenizer=tokenizer,
+                max_length=c.model_max_length,
+            )
+        else:
+            dataset = SyntheticTokens(job.workload.dataset, vocab_size=vocab, max_length=c.model_max_length)
+        log = StepLog()
+        m = job.measurement
+        clock = StepClock(
+            log,
+            device=device,
+            warmup_steps=m.warmup_steps,
+            measured_steps=m.measured_steps,
+            measured_seconds=m.measured_seconds,
+        )
+        trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=[clock])
+        trainer.step_log = log
+        cap.enforce()
+        try:
+            trainer.train()
+        finally:
+            cap.release()
+        wrapper = _describe_wrapper(trainer)
+        return _aggregate(job, log, device, wrapper)
+
+
+def _describe_wrapper(trainer: Any) -> str:
+    """Type of the model as trained (DDP, FullyShardedDataParallel, FSDP2 module, or plain)."""
+    wrapped = getattr(trainer, "model_wrapped", None) or trainer.model
+    name = type(wrapped).__name__
+    try:
+        from torch.distributed.fsdp import FSDPModule
+
+        if isinstance(wrapped, FSDPModule) or isinstance(trainer.model, FSDPModule):
+            return "FSDPModule"
+    except ImportError:
+        pass
+    strategy = getattr(wrapped, "sharding_strategy", None)
+    return f"{name}:{strategy.name}" if strategy is not None else name
+
+
+def _aggregate(job: TrialJob, log: Any, device: torch.device, wrapper: str) -> Measurement | None:
+    import torch.distributed as dist
+
+    w = job.measurement.warmup_steps
+    steps = len(log.ends)
+    if steps <= w:
+        raise RuntimeError(f"training stopped after {steps} steps, before the end of {w} warmup steps")
+    begin = log.ends[w - 1] if w else log.start
+    base = (log.dataset_tokens[w - 1], log.train_tokens[w - 1], log.samples[w - 1]) if w else (0, 0, 0)
+    peak_reserved, peak_alloc = peak_memory_bytes(device)
+    counts = torch.tensor(
+        [
+            log.dataset_tokens[-1] - base[0],
+            log.train_tokens[-1] - base[1],
+            log.samples[-1] - base[2],
+        ],
+        dtype=torch.float64,
+    )
+    peaks = torch.tensor([peak_reserved, peak_alloc], dtype=torch.float64)
+    distributed = dist.is_available() and dist.is_initialized()
+    if distributed:
+        comm = "cuda" if device.type == "cuda" else "cpu"
+        counts, peaks = counts.to(comm), peaks.to(comm)
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+        dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+        if dist.get_rank() != 0:
+            return None
+    seconds = log.ends[-1] - begin
+    measured_steps = steps - w
+    dataset_tokens, train_tokens, samples = (int(x) for x in counts.cpu().tolist())
+    gpus = job.config.number_gpus
+    dtps = dataset_tokens / seconds
+    props = Properties(
+        dataset_tokens_per_second=dtps,
+        dataset_tokens_per_second_per_gpu=dtps / gpus,
+        train_tokens_per_second=train_tokens / seconds,
+        train_runtime=log.ends[-1] - log.start,
+        train_samples_per_second=samples / seconds,
+        train_steps_per_second=measured_steps / seconds,
+        peak_memory_gib=float(peaks[0]) / GIB,
+        peak_memory_allocated_gib=float(peaks[1]) / GIB,
+        measured_steps=measured_steps,
+        warmup_steps=w,
+        measured_seconds=seconds,
+        measured_dataset_tokens=dataset_tokens,
+        measured_train_tokens=train_tokens,
+        measured_samples=samples,
+        device=device.type,
+    )
+    return Measurement(outcome=Outcome.OK, properties=props, extra={"wrapper": wrapper})
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m explorer.worker")
+    parser.add_argument("--job", required=True, help="TrialJob as JSON")
+    parser.add_argument("--out", required=True, help="folder for result.json / error-rank<r>.json")
+    ns = parser.parse_args(argv)
+    job = TrialJob.from_json(ns.job)
+    out = Path(ns.out)
+    rank = int(os.environ.get("RANK", "0"))
+    started = time.perf_counter()
+    try:
+        measurement = run_rank(job, out)
+    except BaseException as exc:  # classify every failure of this rank, then exit non-zero
+        outcome = Outcome.OOM if is_oom(exc) else Outcome.FAILED
+        text = f"{type(exc).__name__}: {exc}".strip()
+        _write(
+            out / f"error-rank{rank}.json",
+            json.dumps({"outcome": outcome.value, "error": text, "rank": rank}),
+        )
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(3 if outcome is Outcome.OOM else 1)  # skip teardown that may hang on a broken group
+    if measurement is not None:
+        measurement = Measurement(
+            outcome=measurement.outcome,
+            properties=measurement.properties,
+            wall_seconds=time.perf_counter() - started,
+            extra=measurement.extra,
+        )
+        _write(out / "result.json", measurement.to_json())
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    return 0
