@@ -37,6 +37,9 @@ class Categorical:
     def suggest(self, trial: optuna.Trial, name: str) -> Value:
         return trial.suggest_categorical(name, list(self.values))  # type: ignore[arg-type]
 
+    def encode(self, name: str, value: Value) -> dict[str, Value]:
+        return {name: value}
+
 
 @dataclass(frozen=True)
 class Ordered:
@@ -80,6 +83,15 @@ class Ordered:
             e = trial.suggest_int(f"log2_{name}", int(math.log2(v[0])), int(math.log2(v[-1])))
             return 2**e
         return v[trial.suggest_int(f"{name}_index", 0, len(v) - 1)]
+
+    def encode(self, name: str, value: Value) -> dict[str, Value]:
+        """The Optuna parameter (name and value) that :meth:`suggest` would record for ``value``."""
+        pname = self.param_name(name)
+        if pname == name:
+            return {name: value}
+        if pname.startswith("log2_"):
+            return {pname: int(value).bit_length() - 1}
+        return {pname: self.values.index(int(value))}
 
 
 Domain = Fixed | Categorical | Ordered

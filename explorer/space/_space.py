@@ -155,6 +155,17 @@ class SearchSpace:
         """Ask ``trial`` for every active parameter, in the conditional order."""
         return self._build(lambda name: self.domains[name].suggest(trial, name))
 
+    def params_for(self, config: TrialConfig) -> dict[str, Value]:
+        """The Optuna parameters that encode ``config`` (the inverse of :meth:`suggest`)."""
+        values = config.to_dict()
+        params: dict[str, Value] = {}
+        for name, domain in self.domains.items():
+            value = values.get(name)
+            if value is None or isinstance(domain, Fixed):
+                continue
+            params.update(domain.encode(name, value))
+        return params
+
     def enumerate(self) -> Iterator[TrialConfig]:
         """Every distinct configuration of the space (conditional parameters respected)."""
         seen: set[TrialConfig] = set()

@@ -9,23 +9,17 @@ import resource
 
 import torch
 
+from explorer.oom import mentions_oom
+
 __all__ = ["MemoryCap", "is_oom", "peak_memory_bytes"]
 
-_OOM_MARKERS = (
-    "out of memory",
-    "can't allocate memory",  # torch DefaultCPUAllocator under RLIMIT_AS
-    "cannot allocate memory",
-    "std::bad_alloc",
-    "CUDA error: an illegal memory access was encountered",  # ado counts this as OOM
-)
 
 
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` means the configuration does not fit in device memory."""
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):
         return True
-    text = str(exc)
-    return any(marker.lower() in text.lower() for marker in _OOM_MARKERS)
+    return mentions_oom(str(exc))
 
 
 def _vm_size() -> int:

@@ -8,24 +8,31 @@ import torch
 
 from explorer.spec import MethodSpec, ModelSpec
 
-__all__ = ["build_model", "build_tokenizer", "decoder_layer_classes"]
+__all__ = ["build_model", "build_tokenizer", "decoder_layer_classes", "load_config"]
 
 
-def build_model(spec: ModelSpec, path: str | None, *, lora_r: int | None, method: MethodSpec) -> Any:
-    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def load_config(spec: ModelSpec, path: str | None) -> Any:
+    """The model's transformers config (cheap: no weights are built or read)."""
+    from transformers import AutoConfig
 
-    torch.manual_seed(0)
     if spec.architecture is not None:
         arch = dict(spec.architecture)
-        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    elif spec.weights == "pretrained":
+        return AutoConfig.for_model(arch.pop("model_type"), **arch)
+    return AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+
+
+def build_model(
+    spec: ModelSpec, path: str | None, config: Any, *, lora_r: int | None, method: MethodSpec
+) -> Any:
+    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    if spec.weights == "pretrained":
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
         )
     else:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
         model = AutoModelForCausalLM.from_config(
             config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
         )
@@ -54,10 +61,12 @@ def build_tokenizer(spec: ModelSpec, path: str | None) -> Any:
     return tokenizer
 
 
-def decoder_layer_classes(model: Any) -> list[str]:
-    """Names of the transformer block classes FSDP wraps one by one."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    names = list(getattr(base, "_no_split_modules", None) or [])
+def decoder_layer_classes(config: Any) -> list[str]:
+    """Names of the transformer block classes FSDP wraps one by one (from the model class)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    names = list(getattr(model_cls, "_no_split_modules", None) or [])
     if not names:
-        raise ValueError(f"{type(base).__name__} declares no _no_split_modules; cannot auto-wrap for FSDP")
+        raise ValueError(f"{model_cls.__name__} declares no _no_split_modules; cannot auto-wrap for FSDP")
     return names

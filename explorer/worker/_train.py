@@ -58,12 +58,21 @@ def training_arguments(
             "version": c.fsdp_version,
             "transformer_layer_cls_to_wrap": layer_classes,
             "activation_checkpointing": c.gradient_checkpointing,
+            # accelerate's sync_module_states needs an accelerator; every rank builds the same
+            # seeded model anyway.
+            "sync_module_states": cuda,
         }
-        if c.fsdp_version == 2:
-            fsdp_config["reshard_after_forward"] = c.fsdp_sharding_strategy == "FULL_SHARD"
-            kwargs["fsdp"] = "full_shard auto_wrap"
-        else:
-            kwargs["fsdp"] = f"{strategy} auto_wrap" if strategy != "no_shard" else "no_shard"
+        # FSDP2 only knows "reshard after forward" (FULL_SHARD) or not (SHARD_GRAD_OP); FSDP1 takes
+        # the strategy's name. (The legacy `fsdp="full_shard auto_wrap"` strings are deprecated.)
+        fsdp_config["reshard_after_forward"] = (
+            c.fsdp_sharding_strategy == "FULL_SHARD" if c.fsdp_version == 2 else strategy
+        )
+        kwargs["fsdp"] = True
+        if c.fsdp_version == 1:
+            # accelerate 1.15 gives FSDP1 `sharding_strategy` (defaulting to this variable, else
+            # FULL_SHARD) precedence over `reshard_after_forward`, where transformers puts the
+            # strategy: without this, every FSDP1 trial would silently run FULL_SHARD.
+            os.environ["FSDP_SHARDING_STRATEGY"] = strategy.upper()
         kwargs["fsdp_config"] = fsdp_config
         gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
     else:
@@ -95,7 +104,7 @@ def training_arguments(
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
     from explorer.worker._data import JsonlText, SyntheticTokens
-    from explorer.worker._model import build_model, build_tokenizer, decoder_layer_classes
+    from explorer.worker._model import build_model, build_tokenizer, decoder_layer_classes, load_config
     from explorer.worker._timing import CountingTrainer, StepClock, StepLog
 
     c = job.config
@@ -103,14 +112,15 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     cap_gib = job.resources.device_memory_gib
     cap = MemoryCap(int(cap_gib * GIB) if cap_gib else None, device)
     with tempfile.TemporaryDirectory(prefix="explorer-trainer-") as tmp:
-        model = build_model(
-            job.workload.model, job.model_path, lora_r=c.lora_r, method=job.workload.method
-        )
-        layers = decoder_layer_classes(model) if c.distributed_backend == "FSDP" else None
+        config = load_config(job.workload.model, job.model_path)
+        layers = decoder_layer_classes(config) if c.distributed_backend == "FSDP" else None
         args = training_arguments(job, device=device, output_dir=tmp, layer_classes=layers)
         _ = args.device  # initialises the process group (gloo / nccl)
-        cap.mark_baseline()
-        vocab = model.config.vocab_size
+        cap.mark_baseline()  # from here on, the model, its states and activations count
+        model = build_model(
+            job.workload.model, job.model_path, config, lora_r=c.lora_r, method=job.workload.method
+        )
+        vocab = config.vocab_size
         if job.workload.dataset.kind == "jsonl":
             tokenizer = build_tokenizer(job.workload.model, job.model_path)
             dataset: Any = JsonlText(
@@ -137,8 +147,24 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             trainer.train()
         finally:
             cap.release()
-        wrapper = _describe_wrapper(trainer)
-        return _aggregate(job, log, device, wrapper)
+        extra = {
+            "wrapper": _describe_wrapper(trainer),
+            "checkpointing": "on" if _checkpointing_active(trainer) else "off",
+        }
+        return _aggregate(job, log, device, extra)
+
+
+def _checkpointing_active(trainer: Any) -> bool:
+    """Whether activation checkpointing is really applied (HF flag, or FSDP checkpoint wrappers)."""
+    model = getattr(trainer, "model_wrapped", None) or trainer.model
+    if any(
+        type(m).__name__ == "CheckpointWrapper" or hasattr(m, "_checkpoint_wrapped_module")
+        for m in model.modules()
+    ):
+        return True
+    base = trainer.model
+    base = base.get_base_model() if hasattr(base, "get_base_model") else base
+    return bool(getattr(base, "is_gradient_checkpointing", False))
 
 
 def _describe_wrapper(trainer: Any) -> str:
@@ -156,7 +182,7 @@ def _describe_wrapper(trainer: Any) -> str:
     return f"{name}:{strategy.name}" if strategy is not None else name
 
 
-def _aggregate(job: TrialJob, log: Any, device: torch.device, wrapper: str) -> Measurement | None:
+def _aggregate(job: TrialJob, log: Any, device: torch.device, extra: dict[str, str]) -> Measurement | None:
     import torch.distributed as dist
 
     w = job.measurement.warmup_steps
@@ -205,7 +231,7 @@ def _aggregate(job: TrialJob, log: Any, device: torch.device, wrapper: str) -> M
         measured_samples=samples,
         device=device.type,
     )
-    return Measurement(outcome=Outcome.OK, properties=props, extra={"wrapper": wrapper})
+    return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
 
 
 def _write(path: Path, text: str) -> None:

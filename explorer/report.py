@@ -1,0 +1,61 @@
+"""What ``explorer optimize`` prints at the end: best configuration, top five, where to look."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from explorer.study import OBJECTIVE, mask_url, open_study, status_of
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.spec import LoadedStudy
+    from explorer.study import OptimizeResult
+
+__all__ = ["feasible_ranking", "print_summary"]
+
+
+def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Measured (status ok) trials, best first."""
+    ok = [t for t in study.get_trials(deepcopy=False) if status_of(t) == "ok" and t.value is not None]
+    return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
+
+
+def _config_text(trial: optuna.trial.FrozenTrial) -> str:
+    a = trial.user_attrs
+    backend = a.get("distributed_backend", "?")
+    if backend == "FSDP":
+        backend = f"FSDP{a.get('fsdp_version')} {a.get('fsdp_sharding_strategy')}"
+    elif backend == "NONE":
+        backend = "single device"
+    ckpt = "on" if a.get("gradient_checkpointing") else "off"
+    text = (
+        f"batch_size={a.get('batch_size')} number_gpus={a.get('number_gpus')} {backend} "
+        f"gradient_checkpointing={ckpt} model_max_length={a.get('model_max_length')}"
+    )
+    if a.get("gradient_accumulation_steps", 1) != 1:
+        text += f" gradient_accumulation_steps={a.get('gradient_accumulation_steps')}"
+    if a.get("lora_r") is not None:
+        text += f" lora_r={a.get('lora_r')}"
+    return text
+
+
+def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) -> None:  # type: ignore[no-untyped-def]
+    study = open_study(loaded, create=False)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
+    printer("")
+    printer(f"{result.counted}/{result.n_trials} trials done in {result.wall_seconds:.0f} s this run ({counts})")
+    ranking = feasible_ranking(study)
+    if ranking:
+        best = ranking[0]
+        printer(f"best: trial {best.number}: {best.value:.1f} {OBJECTIVE}")
+        printer(f"      {_config_text(best)}")
+        printer(f"      peak memory {best.user_attrs.get('peak_memory_gib', float('nan')):.2f} GiB")
+        printer("top 5:")
+        for t in ranking[:5]:
+            printer(f"  trial {t.number:<4} {t.value:>12.1f}  {_config_text(t)}")
+    else:
+        printer("no feasible configuration yet")
+    url = mask_url(loaded.storage_url)
+    printer(f"storage: {url} (study {loaded.spec.name!r})")
+    printer(f"dashboard: optuna-dashboard {url}")

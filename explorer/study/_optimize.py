@@ -1,0 +1,244 @@
+"""``explorer optimize``: the ask/tell loop that feeds Ray actors and records every outcome at once."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from explorer.job import TrialJob
+from explorer.measurement import Measurement, Outcome
+from explorer.spec import LoadedStudy
+from explorer.study._record import OBJECTIVE, counted_trials, record_driver, record_outcome, status_of
+from explorer.study._recover import reclaim_interrupted, requeue
+from explorer.study._sampler import make_sampler
+from explorer.study._storage import mask_url, open_storage
+from explorer.trial_config import TrialConfig
+from explorer.validity import invalid_reason
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.launch import RayLauncher
+
+__all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
+
+Printer = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    study_name: str
+    storage_url: str
+    counted: int
+    n_trials: int
+    wall_seconds: float
+    statuses: dict[str, int]
+
+
+@dataclass
+class _InFlight:
+    trial: optuna.Trial
+    config: TrialConfig
+    attempt: int
+    started: float
+
+
+def describe(config: TrialConfig) -> str:
+    """A short human-readable form of a configuration."""
+    backend = config.distributed_backend
+    if backend == "FSDP":
+        backend = f"FSDP{config.fsdp_version}/{config.fsdp_sharding_strategy}"
+    parts = [
+        f"bs={config.batch_size}",
+        f"gpus={config.number_gpus}",
+        backend if config.number_gpus > 1 else "single",
+        f"ckpt={'on' if config.gradient_checkpointing else 'off'}",
+        f"len={config.model_max_length}",
+    ]
+    if config.gradient_accumulation_steps != 1:
+        parts.append(f"ga={config.gradient_accumulation_steps}")
+    if config.lora_r is not None:
+        parts.append(f"lora_r={config.lora_r}")
+    if config.torch_compile:
+        parts.append("compile")
+    return " ".join(parts)
+
+
+def open_study(loaded: LoadedStudy, *, create: bool) -> optuna.Study:
+    """The study in its storage; ``create`` makes it if missing (else it must exist)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
+    if create:
+        study = optuna.create_study(
+            study_name=loaded.spec.name,
+            storage=storage,
+            sampler=make_sampler(loaded.spec.sampler),
+            direction="maximize",
+            load_if_exists=True,
+        )
+        if study.metric_names is None:
+            study.set_metric_names([OBJECTIVE])
+        return study
+    return optuna.load_study(
+        study_name=loaded.spec.name, storage=storage, sampler=make_sampler(loaded.spec.sampler)
+    )
+
+
+def _enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
+    """For ``sampler: grid``: enqueue every valid configuration not yet in the study."""
+    seen = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)}
+    n = 0
+    for config in loaded.space.enumerate():
+        if config.key() in seen or invalid_reason(config, loaded.spec.resources):
+            continue
+        study.enqueue_trial(loaded.space.params_for(config), skip_if_exists=True)
+        n += 1
+    return n
+
+
+def optimize(
+    loaded: LoadedStudy,
+    *,
+    printer: Printer = print,
+    launcher: RayLauncher | None = None,
+    reclaim_all: bool = False,
+) -> OptimizeResult:
+    """Run the study until ``n_trials`` trials count (resuming whatever is already stored)."""
+    from explorer.launch import RayLauncher
+
+    spec = loaded.spec
+    started = time.monotonic()
+    study = open_study(loaded, create=True)
+    reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
+    if reclaimed:
+        printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")
+    if left:
+        printer(f"note: trial(s) {left} are RUNNING under another live explorer process; left alone")
+    if spec.sampler.kind == "grid":
+        added = _enqueue_grid(study, loaded)
+        if added:
+            printer(f"grid: enqueued {added} configurations")
+    done = len(counted_trials(study))
+    printer(
+        f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done"
+    )
+    owns_launcher = launcher is None
+    if launcher is None:
+        launcher = RayLauncher(
+            total_gpus=spec.resources.total_gpus,
+            gpu_model=spec.resources.gpu_model,
+            address=spec.launcher.address,
+            runner=spec.launcher.runner,
+            timeout_s=spec.measurement.trial_timeout_s,
+            output_dir=loaded.output_dir,
+        )
+    in_flight: dict[int, _InFlight] = {}
+    queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
+    best: tuple[float, int] | None = _best(study)
+    launcher_started = False
+    try:
+        while True:
+            timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
+            room = len(in_flight) + (queued is not None) < spec.parallel_trials
+            if queued is None and room and not timed_out and done + len(in_flight) < spec.n_trials:
+                trial = study.ask()
+                config = loaded.space.suggest(trial)
+                attempt = int(trial.user_attrs.get("attempt", 0))
+                record_driver(trial, config, attempt)
+                reason = invalid_reason(config, spec.resources)
+                if reason is not None:
+                    record_outcome(study, trial, Measurement(outcome=Outcome.INVALID, error=reason))
+                    done += 1
+                    printer(_line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best))
+                    continue
+                queued = _InFlight(trial, config, attempt, time.monotonic())
+            if queued is not None and launcher.fits(queued.config.number_gpus):
+                if not launcher_started:
+                    launcher.start()
+                    launcher_started = True
+                job = TrialJob(
+                    trial_number=queued.trial.number,
+                    config=queued.config,
+                    workload=spec.workload,
+                    measurement=spec.measurement,
+                    resources=spec.resources,
+                    model_path=loaded.model_path,
+                    dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
+                )
+                launcher.submit(job)
+                queued.started = time.monotonic()
+                in_flight[queued.trial.number] = queued
+                printer(f"        trial {queued.trial.number} started: {describe(queued.config)}")
+                queued = None
+                continue
+            if not in_flight and queued is None:
+                break
+            for number, measurement in launcher.wait(timeout_s=1.0):
+                flight = in_flight.pop(number)
+                retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
+                status = record_outcome(study, flight.trial, measurement, retry=retry)
+                if retry:
+                    frozen = study._storage.get_trial(flight.trial._trial_id)
+                    requeue(study, frozen, attempt=flight.attempt + 1, why="failed")
+                else:
+                    done += 1
+                if status == "ok" and measurement.properties is not None:
+                    value = measurement.properties.dataset_tokens_per_second_per_gpu
+                    if best is None or value > best[0]:
+                        best = (value, number)
+                detail = (
+                    f"{measurement.properties.dataset_tokens_per_second_per_gpu:.1f} tok/s/gpu"
+                    if measurement.properties is not None
+                    else (measurement.error or "")
+                )
+                detail += f" ({measurement.wall_seconds:.1f} s)"
+                printer(_line(done, spec.n_trials, number, status, describe(flight.config), detail, best))
+    except KeyboardInterrupt:
+        printer("interrupted: in-flight trials are marked interrupted and re-run on resume")
+        _abandon(study, list(in_flight.values()) + ([queued] if queued else []))
+        raise
+    finally:
+        if owns_launcher and launcher_started:
+            launcher.shutdown()
+    statuses: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        s = status_of(t) or t.state.name.lower()
+        statuses[s] = statuses.get(s, 0) + 1
+    return OptimizeResult(
+        study_name=spec.name,
+        storage_url=loaded.storage_url,
+        counted=done,
+        n_trials=spec.n_trials,
+        wall_seconds=time.monotonic() - started,
+        statuses=statuses,
+    )
+
+
+def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:
+    import optuna
+
+    for flight in flights:
+        flight.trial.set_user_attr("status", "interrupted")
+        flight.trial.set_user_attr("error", "explorer was interrupted; re-run on resume")
+        study.tell(flight.trial, state=optuna.trial.TrialState.FAIL)
+        frozen = study._storage.get_trial(flight.trial._trial_id)
+        requeue(study, frozen, attempt=flight.attempt, why="interrupted")
+
+
+def _best(study: optuna.Study) -> tuple[float, int] | None:
+    try:
+        t = study.best_trial
+    except ValueError:
+        return None
+    return (float(t.value), t.number) if t.value is not None else None
+
+
+def _line(
+    done: int, total: int, number: int, status: str, config: str, detail: str, best: tuple[float, int] | None
+) -> str:
+    best_txt = f"best {best[0]:.1f} (trial {best[1]})" if best else "best -"
+    return f"[{done:>3}/{total}] trial {number:<4} {status:<8} {config:<48} {detail} | {best_txt}"

@@ -1,0 +1,92 @@
+"""How a trial's outcome is written into Optuna: values, constraint, state and user_attrs.
+
+* ok: COMPLETE, value = dataset_tokens_per_second_per_gpu, constraint ``infeasible`` = 0.
+* oom / invalid: COMPLETE with the placeholder value 0.0 and constraint ``infeasible`` = 1, so that
+  TPE and GP learn from it (a FAIL would be ignored and resampled).
+* failed: FAIL, with the error text; re-enqueued while retries remain (status ``retry``).
+* interrupted: FAIL, re-enqueued on resume (status ``interrupted``).
+
+Statuses that count towards ``n_trials``: ok, oom, invalid, failed.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TYPE_CHECKING, Any
+
+from explorer.measurement import Measurement, Outcome
+from explorer.trial_config import TrialConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = [
+    "COUNTED",
+    "INFEASIBLE_PLACEHOLDER",
+    "OBJECTIVE",
+    "counted_trials",
+    "record_driver",
+    "record_outcome",
+    "status_of",
+]
+
+OBJECTIVE = "dataset_tokens_per_second_per_gpu"
+INFEASIBLE_PLACEHOLDER = 0.0
+CONSTRAINT = "infeasible"
+COUNTED = frozenset({"ok", "oom", "invalid", "failed"})
+MAX_ERROR_CHARS = 2000
+
+
+def status_of(trial: optuna.trial.FrozenTrial) -> str | None:
+    status = trial.user_attrs.get("status")
+    return str(status) if status is not None else None
+
+
+def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials that count towards ``n_trials`` (finished for good)."""
+    return [t for t in study.get_trials(deepcopy=False) if status_of(t) in COUNTED]
+
+
+def record_driver(trial: optuna.Trial, config: TrialConfig, attempt: int) -> None:
+    """Tag a just-asked trial with its configuration and the process that runs it."""
+    import psutil
+
+    me = psutil.Process()
+    trial.set_user_attr("driver", {"host": socket.gethostname(), "pid": os.getpid(), "start": me.create_time()})
+    trial.set_user_attr("attempt", attempt)
+    trial.set_user_attr("config_key", config.key())
+    for name, value in config.to_dict().items():
+        trial.set_user_attr(name, value)
+
+
+def record_outcome(
+    study: optuna.Study, trial: optuna.Trial, measurement: Measurement, *, retry: bool = False
+) -> str:
+    """Write ``measurement`` into ``trial`` and finish it; returns the status written."""
+    import optuna
+
+    attrs: dict[str, Any] = {
+        "is_valid": measurement.is_valid,
+        "wall_seconds": round(measurement.wall_seconds, 3),
+    }
+    attrs.update({k: v for k, v in measurement.extra.items()})
+    if measurement.error:
+        attrs["error"] = measurement.error[:MAX_ERROR_CHARS]
+    if measurement.properties is not None:
+        attrs.update(measurement.properties.to_dict())
+    outcome = measurement.outcome
+    status = "retry" if outcome is Outcome.FAILED and retry else outcome.value
+    attrs["status"] = status
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    if outcome is Outcome.FAILED:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return status
+    feasible = outcome is Outcome.OK
+    trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
+    value = measurement.properties.dataset_tokens_per_second_per_gpu if (
+        feasible and measurement.properties is not None
+    ) else INFEASIBLE_PLACEHOLDER
+    study.tell(trial, value)
+    return status

@@ -1,0 +1,30 @@
+"""The Optuna sampler a study file asks for."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from explorer.spec import SamplerSpec
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["make_sampler"]
+
+
+def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
+    """TPE (multivariate, grouped for the conditional FSDP parameters), GP, random, or grid.
+
+    ``grid`` is a random sampler here: the driver enqueues every configuration of the space first,
+    which respects the conditional structure (Optuna's GridSampler does not).
+    """
+    import optuna
+
+    startup = {} if spec.n_startup_trials is None else {"n_startup_trials": spec.n_startup_trials}
+    if spec.kind == "tpe":
+        return optuna.samplers.TPESampler(
+            seed=spec.seed, multivariate=True, group=True, constant_liar=True, **startup
+        )
+    if spec.kind == "gp":
+        return optuna.samplers.GPSampler(seed=spec.seed, **startup)
+    return optuna.samplers.RandomSampler(seed=spec.seed)

@@ -1,0 +1,50 @@
+"""Open the Optuna storage behind a study, failing with one line if it cannot be reached."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from explorer.errors import SpecError
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["mask_url", "open_storage"]
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, for logs and output."""
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RDBStorage:
+    """An :class:`optuna.storages.RDBStorage` for ``url``.
+
+    The server is probed first (with a short connect timeout), so that an unreachable storage is
+    reported before anything is written. SQLite files are switched to WAL with a busy timeout, so
+    that readers (``optuna-dashboard``) do not lock out the running study.
+
+    Raises:
+        SpecError: the storage cannot be reached.
+    """
+    import optuna
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    sqlite = parsed.get_backend_name() == "sqlite"
+    connect_args = {"timeout": 60} if sqlite else {"connect_timeout": 10}
+    try:
+        probe = sqlalchemy.create_engine(url, connect_args=connect_args)
+        with probe.connect() as conn:
+            if sqlite:
+                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+        probe.dispose()
+    except Exception as exc:  # any driver error means "unreachable": report it as one line
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpecError(
+            file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}"
+        ) from None
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
