@@ -80,8 +80,8 @@ class Measurement:
     """Wall time of the whole trial, process start-up included."""
     log_tail: str = ""
     """The last lines of the training processes' output."""
-    extra: dict[str, str] = field(default_factory=dict)
-    """Free-form context for users (for example the Ray node that ran it)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Context for users, JSON values (the wrapper trained, the Ray node that ran it, ...)."""
 
     @property
     def is_valid(self) -> int:

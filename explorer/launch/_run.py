@@ -5,11 +5,13 @@ This is the code a Ray actor executes; it needs neither Ray nor torch in this pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 from explorer.job import TrialJob
@@ -20,6 +22,7 @@ from explorer.oom import mentions_oom
 __all__ = ["collect", "run_trial"]
 
 LOG_TAIL_CHARS = 8000
+TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
 
 
 def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeout_s: float) -> Measurement:
@@ -33,6 +36,8 @@ def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeou
     log_path = work_dir / "train.log"
     cmd = trial_command(job, runner=runner, out_dir=str(work_dir), port=free_port())
     env = trial_environment(job, cpu_count=os.cpu_count() or 1)
+    token = uuid.uuid4().hex
+    env[TOKEN_VAR] = token  # finds the ranks even after torchrun, which gives each its own session, died
     started = time.perf_counter()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -44,7 +49,7 @@ def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeou
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_group(proc.pid)
+            _kill_tree(proc.pid, token)
             proc.wait()
     wall = time.perf_counter() - started
     return collect(
@@ -56,11 +61,33 @@ def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeou
     )
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_tree(pid: int, token: str) -> None:
+    """SIGKILL the launcher process, its process group, and every process carrying ``token``.
+
+    torchrun starts each rank in a session of its own, so killing the launcher's group alone
+    would leave the ranks running.
+    """
+    import psutil
+
+    victims: dict[int, psutil.Process] = {}
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        return  # the group has already exited
+        root = psutil.Process(pid)
+        victims[pid] = root
+        victims.update({c.pid: c for c in root.children(recursive=True)})
+    except psutil.NoSuchProcess:
+        pass
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(TOKEN_VAR) == token:
+                victims[p.pid] = p
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    for p in victims.values():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    psutil.wait_procs([p for p in victims.values() if p.pid != pid], timeout=10)
 
 
 def _tail(path: Path) -> str:

@@ -161,8 +161,8 @@ class SearchSpace:
         params: dict[str, Value] = {}
         for name, domain in self.domains.items():
             value = values.get(name)
-            if value is None or isinstance(domain, Fixed):
-                continue
+            if isinstance(domain, Fixed) or value not in domain.values:
+                continue  # fixed, or inactive here (e.g. distributed_backend NONE on one GPU)
             params.update(domain.encode(name, value))
         return params
 

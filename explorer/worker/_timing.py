@@ -48,6 +48,7 @@ class CountingTrainer(Trainer):
         super().create_accelerator_and_postprocess()
         if self.args.fsdp_plugin_args is None or self.is_fsdp_enabled:
             return
+        from accelerate.state import PartialState
         from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
         state = self.accelerator.state
@@ -55,8 +56,8 @@ class CountingTrainer(Trainer):
             return
         plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
         # FSDP1 compares its compute device torch.device("cpu") with device_id; "cpu:0" would differ.
-        state.device = torch.device("cpu")
-        state.distributed_type = DistributedType.FSDP
+        state.device = PartialState._shared_state["device"] = torch.device("cpu")
+        state.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
         state.fsdp_plugin = plugin
         self.is_fsdp_enabled = True
 

@@ -120,6 +120,8 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         model = build_model(
             job.workload.model, job.model_path, config, lora_r=c.lora_r, method=job.workload.method
         )
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
         vocab = config.vocab_size
         if job.workload.dataset.kind == "jsonl":
             tokenizer = build_tokenizer(job.workload.model, job.model_path)
@@ -150,6 +152,8 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         extra = {
             "wrapper": _describe_wrapper(trainer),
             "checkpointing": "on" if _checkpointing_active(trainer) else "off",
+            "trainable_parameters": trainable,
+            "total_parameters": total,
         }
         return _aggregate(job, log, device, extra)
 
@@ -171,18 +175,29 @@ def _describe_wrapper(trainer: Any) -> str:
     """Type of the model as trained (DDP, FullyShardedDataParallel, FSDP2 module, or plain)."""
     wrapped = getattr(trainer, "model_wrapped", None) or trainer.model
     name = type(wrapped).__name__
-    try:
-        from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule
 
-        if isinstance(wrapped, FSDPModule) or isinstance(trainer.model, FSDPModule):
-            return "FSDPModule"
-    except ImportError:
-        pass
+    if isinstance(wrapped, FSDPModule) or isinstance(trainer.model, FSDPModule):
+        root = wrapped if isinstance(wrapped, FSDPModule) else trainer.model
+        return f"FSDPModule:reshard_after_forward={_fsdp2_reshards(root)}"
     strategy = getattr(wrapped, "sharding_strategy", None)
     return f"{name}:{strategy.name}" if strategy is not None else name
 
 
-def _aggregate(job: TrialJob, log: Any, device: torch.device, extra: dict[str, str]) -> Measurement | None:
+def _fsdp2_reshards(root: Any) -> bool:
+    """FSDP2: whether decoder layers reshard after forward (FULL_SHARD) or keep parameters
+    gathered (SHARD_GRAD_OP). Read from the first wrapped layer below the root."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for name, module in root.named_modules():
+        if name and isinstance(module, FSDPModule):
+            groups = module._get_fsdp_state()._fsdp_param_groups
+            if groups and ".layers." in f".{name}.":
+                return groups[0].post_forward_mesh_info is not None
+    return False
+
+
+def _aggregate(job: TrialJob, log: Any, device: torch.device, extra: dict[str, Any]) -> Measurement | None:
     import torch.distributed as dist
 
     w = job.measurement.warmup_steps
@@ -274,5 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()  # without it, FSDP1 ranks sometimes abort at exit ("terminate called ...")
         dist.destroy_process_group()
     return 0

@@ -1,0 +1,20 @@
+# The two set-up commands of the README. Each installs what it needs into .venv first.
+.PHONY: quickstart test test-all lint
+
+quickstart:
+	bash scripts/bootstrap.sh '[dashboard]'
+	.venv/bin/explorer optimize studies/quickstart.yaml
+
+test:
+	bash scripts/bootstrap.sh '[test]'
+	.venv/bin/python -m pytest -q
+
+test-all:
+	bash scripts/bootstrap.sh '[test]'
+	.venv/bin/python -m pytest -q -m "not gpu"
+
+lint:
+	bash scripts/bootstrap.sh '[test]'
+	.venv/bin/ruff check explorer tests benchmarks
+	.venv/bin/ruff format --check explorer tests benchmarks
+	.venv/bin/mypy explorer
