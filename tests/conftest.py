@@ -64,7 +64,10 @@ def write_study(tmp_path: Path):
     """Write a study file (``BASE_STUDY`` patched) into tmp_path; returns its path."""
 
     def _write(patch: dict[str, Any] | None = None, name: str = "study.yaml") -> Path:
-        data = merge(BASE_STUDY, patch or {})
+        """A search_space in ``patch`` replaces the base one instead of merging into it."""
+        patch = patch or {}
+        base = merge(BASE_STUDY, {"search_space": None}) if "search_space" in patch else BASE_STUDY
+        data = merge(base, patch)
         path = tmp_path / name
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path

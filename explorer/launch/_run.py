@@ -23,6 +23,7 @@ __all__ = ["collect", "run_trial"]
 
 LOG_TAIL_CHARS = 8000
 TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
+OWNER_VAR = "EXPLORER_OWNER_PID"
 
 
 def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeout_s: float) -> Measurement:
@@ -38,6 +39,7 @@ def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeou
     env = trial_environment(job, cpu_count=os.cpu_count() or 1)
     token = uuid.uuid4().hex
     env[TOKEN_VAR] = token  # finds the ranks even after torchrun, which gives each its own session, died
+    env[OWNER_VAR] = str(os.getpid())  # ranks exit when this process (the Ray actor) is gone
     started = time.perf_counter()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -12,6 +12,8 @@ if TYPE_CHECKING:
 __all__ = ["Categorical", "Domain", "Fixed", "Ordered"]
 
 Value = int | float | str | bool
+MAX_DOMAIN_VALUES = 100_000
+"""Most values one ``low``/``high`` domain may expand to (a typo like ``high: 1e12`` must not hang)."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,10 @@ def parse_domain(raw: Any, *, kind: str) -> Domain:
             step = int(check(raw.get("step", 1)))  # type: ignore[arg-type]
             if step <= 0:
                 raise ValueError("step must be positive")
+            if (high - low) // step + 1 > MAX_DOMAIN_VALUES:
+                raise ValueError(
+                    f"low ({low}) to high ({high}) in steps of {step} is more than {MAX_DOMAIN_VALUES} values"
+                )
             ints = tuple(range(low, high + 1, step))
         return Fixed(ints[0]) if len(ints) == 1 else Ordered(ints)
     raise ValueError(

@@ -18,13 +18,16 @@ __all__ = ["LoadedStudy", "load_study", "read_yaml"]
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_DEPTH = 32
 MAX_YAML_ALIASES = 64
+MAX_YAML_NODES = 100_000
+"""Nodes once aliases are expanded: a few aliases of aliases can stand for millions of nodes."""
 
 
 def read_yaml(path: Path, *, label: str | None = None) -> Any:
     """``yaml.safe_load`` a file, with a size limit and a pre-scan that refuses bombs.
 
     Raises:
-        SpecError: missing file, too large, syntax error, too deep, or too many aliases.
+        SpecError: missing file, too large, syntax error, too deep, too many aliases, too many
+            nodes once aliases are expanded, or an alias inside its own anchor (a cycle).
     """
     name = label or str(path)
     if not path.is_file():
@@ -33,20 +36,36 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
         raise SpecError(file=name, field="", problem=f"file is larger than {MAX_YAML_BYTES} bytes")
     text = path.read_text(encoding="utf-8", errors="replace")
     try:
-        depth = aliases = 0
+        aliases = nodes = 0
+        open_anchors: list[tuple[str | None, int]] = []  # open collections: anchor, nodes before it
+        expanded: dict[str, int] = {}  # anchor -> nodes of the (closed) subtree it names
         for event in yaml.parse(text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_YAML_DEPTH:
+                open_anchors.append((event.anchor, nodes))
+                nodes += 1
+                if len(open_anchors) > MAX_YAML_DEPTH:
                     raise SpecError(file=name, field="", problem=f"nesting deeper than {MAX_YAML_DEPTH}")
             elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
+                anchor, before = open_anchors.pop()
+                if anchor is not None:
+                    expanded[anchor] = nodes - before
+            elif isinstance(event, yaml.ScalarEvent):
+                nodes += 1
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_YAML_ALIASES:
                     raise SpecError(
                         file=name, field="", problem=f"more than {MAX_YAML_ALIASES} YAML aliases"
                     )
+                if any(anchor == event.anchor for anchor, _ in open_anchors):
+                    raise SpecError(
+                        file=name, field="", problem=f"YAML alias *{event.anchor} is inside its own anchor"
+                    )
+                nodes += expanded.get(event.anchor, 1)
+            if nodes > MAX_YAML_NODES:
+                raise SpecError(
+                    file=name, field="", problem=f"more than {MAX_YAML_NODES} YAML nodes once aliases are expanded"
+                )
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -197,7 +216,7 @@ def _check_architecture(label: str, arch: dict[str, Any]) -> None:
     from transformers import CONFIG_MAPPING
 
     model_type = arch.get("model_type")
-    if model_type not in CONFIG_MAPPING:
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise SpecError(
             file=label,
             field="workload.model.architecture.model_type",
@@ -206,7 +225,7 @@ def _check_architecture(label: str, arch: dict[str, Any]) -> None:
     config_cls = CONFIG_MAPPING[model_type]
     try:
         config_cls(**{k: v for k, v in arch.items() if k != "model_type"})
-    except (TypeError, ValueError) as exc:
+    except Exception as exc:  # TypeError, ValueError, or huggingface_hub's StrictDataclassError
         raise SpecError(file=label, field="workload.model.architecture", problem=str(exc)) from None
 
 

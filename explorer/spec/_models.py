@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DatasetSpec",
@@ -19,8 +19,12 @@ __all__ = [
     "WorkloadSpec",
 ]
 
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+# Numbers are strict: YAML already types them, so a bool, a float or a quoted string is a mistake
+# (lax pydantic would read ``gpus_per_node: true`` as 1).
+Int = Annotated[int, Field(strict=True)]
+PositiveInt = Annotated[int, Field(gt=0, strict=True)]
+NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
+PositiveFloat = Annotated[float, Field(gt=0, strict=True)]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # ado's synthetic dataset ids (seed 001): entries x minimum tokens per entry.
@@ -81,7 +85,7 @@ class DatasetSpec(_Spec):
     """Synthetic only: shortest entry, in tokens."""
     max_tokens: PositiveInt | None = None
     """Synthetic only: longest entry (defaults to ``min_tokens``: all entries equally long)."""
-    seed: int = 0
+    seed: Int = 0
     path: str | None = None
     """JSONL only: the file (relative paths are relative to the study file)."""
     text_field: str = "output"
@@ -121,7 +125,7 @@ class MethodSpec(_Spec):
     alpha: PositiveInt = 16
     """LoRA alpha (ado's default 16)."""
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
-    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0, strict=True)
 
 
 class WorkloadSpec(_Spec):
@@ -145,7 +149,7 @@ class WorkloadSpec(_Spec):
 class MeasurementSpec(_Spec):
     """How long each trial trains and which steps count."""
 
-    warmup_steps: Annotated[int, Field(ge=0)] = 2
+    warmup_steps: NonNegativeInt = 2
     """Optimizer steps excluded from throughput (the first one also surfaces OOM)."""
     measured_steps: PositiveInt | None = 10
     """Optimizer steps measured after warmup."""
@@ -189,7 +193,7 @@ class LauncherSpec(_Spec):
     """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
     runner: Literal["torchrun", "accelerate"] = "torchrun"
     """How the processes of one trial are started. Both give one process per GPU."""
-    max_retries: Annotated[int, Field(ge=0)] = 1
+    max_retries: NonNegativeInt = 1
     """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
 
 
@@ -197,8 +201,8 @@ class SamplerSpec(_Spec):
     """The Optuna sampler."""
 
     kind: Literal["tpe", "gp", "random", "grid"] = "tpe"
-    seed: int | None = 0
-    n_startup_trials: Annotated[int, Field(ge=0)] | None = None
+    seed: Int | None = 0
+    n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (Optuna's default if unset)."""
 
 
@@ -222,3 +226,11 @@ class StudySpec(_Spec):
     launcher: LauncherSpec = Field(default_factory=LauncherSpec)
     search_space: str | dict[str, Any]
     """A file under ``search_spaces/`` (relative to the study file) or the domains inline."""
+
+    @field_validator("search_space", mode="before")
+    @classmethod
+    def _file_or_mapping(cls, value: Any) -> Any:
+        # Checked here so that the error names ``search_space``, not a union member ("search_space.str").
+        if not isinstance(value, (str, dict)):
+            raise ValueError("give a search-space file name or a mapping with 'parameters'")
+        return value

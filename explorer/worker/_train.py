@@ -255,6 +255,37 @@ def _write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+def _exit_with_owner() -> None:
+    """Exit this rank when the process that launched the trial (the Ray actor) is gone.
+
+    A killed driver or actor must leave no training processes behind; torchrun's ranks run in
+    sessions of their own, so they would not receive the actor's death otherwise.
+    """
+    import threading
+
+    import psutil
+
+    owner = os.environ.get("EXPLORER_OWNER_PID")
+    if not owner:
+        return
+    try:
+        proc = psutil.Process(int(owner))
+    except psutil.NoSuchProcess:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            try:
+                if not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="explorer-owner-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -262,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True, help="TrialJob as JSON")
     parser.add_argument("--out", required=True, help="folder for result.json / error-rank<r>.json")
     ns = parser.parse_args(argv)
+    _exit_with_owner()
     job = TrialJob.from_json(ns.job)
     out = Path(ns.out)
     rank = int(os.environ.get("RANK", "0"))

@@ -1,0 +1,188 @@
+"""The optimize spine end to end: real Optuna (sqlite), real Ray actors, real torchrun on CPU."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from explorer.spec import load_study
+from explorer.study import counted_trials, open_study, optimize, status_of
+from explorer.trial_config import TrialConfig
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _enqueue(loaded, configs: list[TrialConfig]) -> None:
+    study = open_study(loaded, create=True)
+    for c in configs:
+        study.enqueue_trial(loaded.space.params_for(c))
+
+
+def _cfg(**kw) -> TrialConfig:
+    base = dict(batch_size=4, number_gpus=1, distributed_backend="NONE", gradient_checkpointing=False)
+    return TrialConfig(model_max_length=64, **(base | kw))
+
+
+def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write_study, tmp_path):
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/s.db",
+            "n_trials": 4,
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4, 8, 1024]},
+                    "number_gpus": {"values": [1, 2, 3]},
+                    "distributed_backend": {"choices": ["DDP", "FSDP"]},
+                    "fsdp_version": {"choices": [1, 2]},
+                    "fsdp_sharding_strategy": {"choices": ["FULL_SHARD", "SHARD_GRAD_OP"]},
+                    "gradient_checkpointing": {"choices": [False, True]},
+                }
+            },
+        }
+    )
+    loaded = load_study(path)
+    fsdp = _cfg(number_gpus=2, distributed_backend="FSDP", fsdp_version=1, fsdp_sharding_strategy="FULL_SHARD")
+    _enqueue(
+        loaded,
+        [
+            _cfg(number_gpus=3, distributed_backend="DDP", batch_size=4),  # invalid: 3 > 2 GPUs, 4 % 3
+            _cfg(batch_size=1024),  # OOM under the 0.5 GiB cap
+            fsdp,
+            _cfg(batch_size=8),
+        ],
+    )
+    lines: list[str] = []
+    result = optimize(loaded, printer=lines.append)
+    assert result.counted == 4
+    assert result.statuses == {"invalid": 1, "oom": 1, "ok": 2}
+    study = open_study(loaded, create=False)
+    trials = {t.user_attrs["config_key"]: t for t in study.get_trials()}
+    assert len(trials) == 4
+
+    invalid = next(t for t in trials.values() if status_of(t) == "invalid")
+    assert "not divisible by number_gpus 3" in invalid.user_attrs["error"]
+    assert invalid.state == optuna.trial.TrialState.COMPLETE and invalid.constraints == {"infeasible": 1.0}
+    assert invalid.user_attrs["is_valid"] == 0 and invalid.user_attrs["wall_seconds"] == 0
+    assert not (loaded.output_dir / f"trial-{invalid.number:05d}").exists()  # never launched
+
+    oom = next(t for t in trials.values() if status_of(t) == "oom")
+    assert oom.user_attrs["batch_size"] == 1024 and "can't allocate memory" in oom.user_attrs["error"]
+    assert oom.state == optuna.trial.TrialState.COMPLETE and oom.constraints == {"infeasible": 1.0}
+    assert oom.value == 0.0
+
+    ok = trials[fsdp.key()]
+    assert status_of(ok) == "ok" and ok.constraints == {"infeasible": 0.0}
+    assert ok.value == pytest.approx(ok.user_attrs["dataset_tokens_per_second_per_gpu"]) and ok.value > 0
+    assert ok.user_attrs["wrapper"] == "FullyShardedDataParallel:FULL_SHARD"
+    assert ok.user_attrs["number_gpus"] == 2 and ok.user_attrs["is_valid"] == 1
+    assert (loaded.output_dir / f"trial-{ok.number:05d}" / "train.log").is_file()
+    assert study.best_trial.number in {t.number for t in trials.values() if status_of(t) == "ok"}
+    assert any("[  4/4]" in line for line in lines)
+
+    # Running again with the same n_trials adds nothing; a larger n_trials continues.
+    again = optimize(load_study(path), printer=lines.append)
+    assert again.counted == 4 and len(open_study(loaded, create=False).trials) == 4
+    more = optimize(load_study(path, n_trials=5), printer=lines.append)
+    assert more.counted == 5 and len(counted_trials(open_study(loaded, create=False))) == 5
+
+
+def test_failed_trial_is_retried_then_failed(write_study, tmp_path):
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/s.db",
+            "n_trials": 1,
+            "launcher": {"max_retries": 1},
+            "search_space": {
+                "parameters": {
+                    "batch_size": 4,
+                    "number_gpus": 1,
+                    "gradient_checkpointing": False,
+                    "optim": "no_such_optimizer",
+                }
+            },
+        }
+    )
+    loaded = load_study(path)
+    result = optimize(loaded, printer=lambda _: None)
+    assert result.counted == 1
+    trials = open_study(loaded, create=False).get_trials()
+    assert [status_of(t) for t in trials] == ["retry", "failed"]
+    assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
+    assert trials[1].user_attrs["requeued_from"] == 0 and trials[1].user_attrs["attempt"] == 1
+    assert "no_such_optimizer" in trials[1].user_attrs["error"]
+
+
+def _worker_pids() -> list[int]:
+    import psutil
+
+    pids = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        if "explorer.worker" in " ".join(p.info["cmdline"] or []):
+            pids.append(p.pid)
+    return pids
+
+
+def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
+    """SIGKILL `explorer optimize` mid-trial; the rerun re-measures that configuration."""
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/s.db",
+            "n_trials": 3,
+            "measurement": {"warmup_steps": 1, "measured_steps": 40},
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4, 8]},
+                    "number_gpus": 1,
+                    "gradient_checkpointing": {"choices": [False, True]},
+                }
+            },
+        }
+    )
+    cmd = [sys.executable, "-m", "explorer", "optimize", str(path)]
+    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    loaded = load_study(path)
+    deadline = time.monotonic() + 120
+    running = []
+    while time.monotonic() < deadline:
+        if Path(tmp_path / "s.db").exists():
+            try:
+                study = open_study(loaded, create=False)
+                running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            except Exception:  # the study may not exist yet
+                running = []
+            if running and _worker_pids():
+                break
+        time.sleep(0.5)
+    assert running, "no trial started within 120 s"
+    interrupted_key = running[0].user_attrs["config_key"]
+    time.sleep(2)
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    # The training processes notice their owner is gone and exit (no orphans burn the GPUs).
+    deadline = time.monotonic() + 60
+    while _worker_pids() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _worker_pids() == []
+
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "re-enqueued interrupted trial" in rerun.stdout
+    study = open_study(loaded, create=False)
+    trials = study.get_trials()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert len(counted_trials(study)) == 3
+    interrupted = [t for t in trials if status_of(t) == "interrupted"]
+    assert len(interrupted) == 1 and interrupted[0].user_attrs["config_key"] == interrupted_key
+    remeasured = [
+        t
+        for t in trials
+        if t.user_attrs.get("requeued_from") == interrupted[0].number and status_of(t) in ("ok", "oom")
+    ]
+    assert len(remeasured) == 1 and remeasured[0].user_attrs["config_key"] == interrupted_key
