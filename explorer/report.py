@@ -44,7 +44,9 @@ def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) ->
     study = open_study(loaded, create=False)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
     printer("")
-    printer(f"{result.counted}/{result.n_trials} trials done in {result.wall_seconds:.0f} s this run ({counts})")
+    printer(
+        f"{result.counted}/{result.n_trials} trials done in {result.wall_seconds:.0f} s this run ({counts})"
+    )
     ranking = feasible_ranking(study)
     if ranking:
         best = ranking[0]

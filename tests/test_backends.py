@@ -44,7 +44,9 @@ CASES = [
         "FSDPModule:reshard_after_forward=True",
     ),
     (
-        dict(number_gpus=2, distributed_backend="FSDP", fsdp_version=2, fsdp_sharding_strategy="SHARD_GRAD_OP"),
+        dict(
+            number_gpus=2, distributed_backend="FSDP", fsdp_version=2, fsdp_sharding_strategy="SHARD_GRAD_OP"
+        ),
         "FSDPModule:reshard_after_forward=False",
     ),
 ]
@@ -53,7 +55,9 @@ CASES = [
 def _id(case) -> str:
     c = case[0]
     return "-".join(
-        str(v) for v in (c["distributed_backend"], c.get("fsdp_version"), c.get("fsdp_sharding_strategy")) if v
+        str(v)
+        for v in (c["distributed_backend"], c.get("fsdp_version"), c.get("fsdp_sharding_strategy"))
+        if v
     ) + ("-ckpt" if c.get("gradient_checkpointing") else "")
 
 
@@ -68,7 +72,9 @@ def test_backend_really_runs(case, make_job, tmp_path):
     p = m.properties
     assert p is not None and p.measured_steps == 3 and p.warmup_steps == 1
     assert p.dataset_tokens_per_second > 0
-    assert p.dataset_tokens_per_second_per_gpu == pytest.approx(p.dataset_tokens_per_second / config["number_gpus"])
+    assert p.dataset_tokens_per_second_per_gpu == pytest.approx(
+        p.dataset_tokens_per_second / config["number_gpus"]
+    )
     # padding is counted in train tokens only: the synthetic entries are 16..96 tokens, cut at 64
     assert p.measured_train_tokens == p.measured_samples * 64
     assert 0 < p.measured_dataset_tokens < p.measured_train_tokens
@@ -78,7 +84,11 @@ def test_backend_really_runs(case, make_job, tmp_path):
 def test_lora_through_peft(backend, make_job, tmp_path):
     fsdp = dict(fsdp_version=2, fsdp_sharding_strategy="FULL_SHARD") if backend == "FSDP2" else {}
     job = make_job(
-        {"workload": {"method": {"kind": "lora", "r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}}},
+        {
+            "workload": {
+                "method": {"kind": "lora", "r": 8, "alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+            }
+        },
         batch_size=4,
         number_gpus=2,
         distributed_backend="FSDP" if fsdp else "DDP",

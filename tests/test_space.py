@@ -86,7 +86,11 @@ def test_conditional_parameters_only_when_active():
 
 def _config(**kw) -> TrialConfig:
     base = dict(
-        batch_size=8, number_gpus=2, distributed_backend="DDP", gradient_checkpointing=False, model_max_length=64
+        batch_size=8,
+        number_gpus=2,
+        distributed_backend="DDP",
+        gradient_checkpointing=False,
+        model_max_length=64,
     )
     return TrialConfig(**(base | kw))
 

@@ -48,7 +48,9 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
         }
     )
     loaded = load_study(path)
-    fsdp = _cfg(number_gpus=2, distributed_backend="FSDP", fsdp_version=1, fsdp_sharding_strategy="FULL_SHARD")
+    fsdp = _cfg(
+        number_gpus=2, distributed_backend="FSDP", fsdp_version=1, fsdp_sharding_strategy="FULL_SHARD"
+    )
     _enqueue(
         loaded,
         [
@@ -135,7 +137,7 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
         {
             "storage": f"sqlite:///{tmp_path}/s.db",
             "n_trials": 3,
-            "measurement": {"warmup_steps": 1, "measured_steps": 40},
+            "measurement": {"warmup_steps": 1, "measured_steps": 400, "measured_seconds": 5},
             "search_space": {
                 "parameters": {
                     "batch_size": {"values": [4, 8]},

@@ -78,9 +78,7 @@ class RayLauncher:
 
         if ray.is_initialized():
             return
-        common: dict[str, Any] = dict(
-            include_dashboard=False, log_to_driver=False, configure_logging=False
-        )
+        common: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if self.address:
             ray.init(address=self.address, **common)
         else:

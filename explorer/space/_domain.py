@@ -62,12 +62,12 @@ class Ordered:
         if len(v) == 1:
             return 1
         d = v[1] - v[0]
-        return d if all(b - a == d for a, b in zip(v, v[1:])) else None
+        return d if all(b - a == d for a, b in zip(v, v[1:], strict=False)) else None
 
     @property
     def _pow2(self) -> bool:
         return all(x > 0 and x & (x - 1) == 0 for x in self.values) and all(
-            b == 2 * a for a, b in zip(self.values, self.values[1:])
+            b == 2 * a for a, b in zip(self.values, self.values[1:], strict=False)
         )
 
     def param_name(self, name: str) -> str:

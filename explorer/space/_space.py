@@ -171,7 +171,7 @@ class SearchSpace:
         seen: set[TrialConfig] = set()
         names = list(self.domains)
         for combo in itertools.product(*(self.domains[n].values for n in names)):
-            config = self._build(dict(zip(names, combo)).__getitem__)
+            config = self._build(dict(zip(names, combo, strict=True)).__getitem__)
             if config not in seen:
                 seen.add(config)
                 yield config

@@ -54,9 +54,7 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
             elif isinstance(event, yaml.AliasEvent):
                 aliases += 1
                 if aliases > MAX_YAML_ALIASES:
-                    raise SpecError(
-                        file=name, field="", problem=f"more than {MAX_YAML_ALIASES} YAML aliases"
-                    )
+                    raise SpecError(file=name, field="", problem=f"more than {MAX_YAML_ALIASES} YAML aliases")
                 if any(anchor == event.anchor for anchor, _ in open_anchors):
                     raise SpecError(
                         file=name, field="", problem=f"YAML alias *{event.anchor} is inside its own anchor"
@@ -64,7 +62,9 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
                 nodes += expanded.get(event.anchor, 1)
             if nodes > MAX_YAML_NODES:
                 raise SpecError(
-                    file=name, field="", problem=f"more than {MAX_YAML_NODES} YAML nodes once aliases are expanded"
+                    file=name,
+                    field="",
+                    problem=f"more than {MAX_YAML_NODES} YAML nodes once aliases are expanded",
                 )
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -113,9 +113,7 @@ def _default_storage(base: Path, name: str) -> str:
     return f"sqlite:///{(base / f'{name}.db').resolve()}"
 
 
-def load_study(
-    path: str | Path, *, storage: str | None = None, n_trials: int | None = None
-) -> LoadedStudy:
+def load_study(path: str | Path, *, storage: str | None = None, n_trials: int | None = None) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
     Nothing is written anywhere. Command-line overrides are applied and validated too.
@@ -146,8 +144,10 @@ def load_study(
     # Search space: a file next to the study, or inline.
     if isinstance(spec.search_space, str):
         space_file = _resolve(base, spec.search_space)
-        space_label = spec.search_space if Path(spec.search_space).is_absolute() else str(
-            Path(label).parent / spec.search_space
+        space_label = (
+            spec.search_space
+            if Path(spec.search_space).is_absolute()
+            else str(Path(label).parent / spec.search_space)
         )
         if not space_file.is_file():
             raise SpecError(file=label, field="search_space", problem=f"file {space_label} does not exist")
@@ -166,9 +166,7 @@ def load_study(
         elif model.is_hub_id:
             model_path = model.path
         else:
-            raise SpecError(
-                file=label, field="workload.model.path", problem=f"{model.path} does not exist"
-            )
+            raise SpecError(file=label, field="workload.model.path", problem=f"{model.path} does not exist")
     else:
         _check_architecture(label, model.architecture or {})
     dataset_path: Path | None = None
@@ -252,7 +250,9 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
         db_path = Path(db) if Path(db).is_absolute() else (base / db).resolve()
         if not db_path.parent.is_dir():
             raise SpecError(
-                file=file, field=field, problem=f"cannot reach storage: folder {db_path.parent} does not exist"
+                file=file,
+                field=field,
+                problem=f"cannot reach storage: folder {db_path.parent} does not exist",
             )
         return f"sqlite:///{db_path}"
     return url

@@ -123,9 +123,7 @@ def optimize(
         if added:
             printer(f"grid: enqueued {added} configurations")
     done = len(counted_trials(study))
-    printer(
-        f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done"
-    )
+    printer(f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done")
     owns_launcher = launcher is None
     if launcher is None:
         launcher = RayLauncher(
@@ -153,7 +151,9 @@ def optimize(
                 if reason is not None:
                     record_outcome(study, trial, Measurement(outcome=Outcome.INVALID, error=reason))
                     done += 1
-                    printer(_line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best))
+                    printer(
+                        _line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best)
+                    )
                     continue
                 queued = _InFlight(trial, config, attempt, time.monotonic())
             if queued is not None and launcher.fits(queued.config.number_gpus):

@@ -53,7 +53,9 @@ def record_driver(trial: optuna.Trial, config: TrialConfig, attempt: int) -> Non
     import psutil
 
     me = psutil.Process()
-    trial.set_user_attr("driver", {"host": socket.gethostname(), "pid": os.getpid(), "start": me.create_time()})
+    trial.set_user_attr(
+        "driver", {"host": socket.gethostname(), "pid": os.getpid(), "start": me.create_time()}
+    )
     trial.set_user_attr("attempt", attempt)
     trial.set_user_attr("config_key", config.key())
     for name, value in config.to_dict().items():
@@ -85,8 +87,10 @@ def record_outcome(
         return status
     feasible = outcome is Outcome.OK
     trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
-    value = measurement.properties.dataset_tokens_per_second_per_gpu if (
-        feasible and measurement.properties is not None
-    ) else INFEASIBLE_PLACEHOLDER
+    value = (
+        measurement.properties.dataset_tokens_per_second_per_gpu
+        if (feasible and measurement.properties is not None)
+        else INFEASIBLE_PLACEHOLDER
+    )
     study.tell(trial, value)
     return status

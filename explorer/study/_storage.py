@@ -44,7 +44,5 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
         probe.dispose()
     except Exception as exc:  # any driver error means "unreachable": report it as one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(
-            file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}"
-        ) from None
+        raise SpecError(file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}") from None
     return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})

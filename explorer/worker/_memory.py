@@ -14,7 +14,6 @@ from explorer.oom import mentions_oom
 __all__ = ["MemoryCap", "is_oom", "peak_memory_bytes"]
 
 
-
 def is_oom(exc: BaseException) -> bool:
     """Whether ``exc`` means the configuration does not fit in device memory."""
     if isinstance(exc, MemoryError | torch.OutOfMemoryError):

@@ -114,8 +114,10 @@ class StepClock(TrainerCallback):
             return
         stop = self.measured_steps is not None and measured >= self.measured_steps
         if self.measured_seconds is not None:
-            elapsed = log.ends[-1] - log.ends[self.warmup_steps - 1] if self.warmup_steps else (
-                log.ends[-1] - (log.start or log.ends[-1])
+            elapsed = (
+                log.ends[-1] - log.ends[self.warmup_steps - 1]
+                if self.warmup_steps
+                else (log.ends[-1] - (log.start or log.ends[-1]))
             )
             stop = stop or elapsed >= self.measured_seconds
             stop = _agree(stop, self.device)
