@@ -45,7 +45,8 @@ class Properties:
     train_steps_per_second: float
     """Optimizer steps per second over the measured window."""
     peak_memory_gib: float
-    """Largest peak over the processes: ``torch.cuda.max_memory_reserved`` on CUDA, peak RSS on CPU."""
+    """Largest peak over the processes: ``torch.cuda.max_memory_reserved`` on CUDA; on CPU the peak
+    resident set above the process's size before the model was built."""
     peak_memory_allocated_gib: float
     """Largest ``torch.cuda.max_memory_allocated`` over the processes (equals peak RSS on CPU)."""
     measured_steps: int

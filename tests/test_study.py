@@ -57,15 +57,21 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
             _cfg(number_gpus=3, distributed_backend="DDP", batch_size=4),  # invalid: 3 > 2 GPUs, 4 % 3
             _cfg(batch_size=1024),  # OOM under the 0.5 GiB cap
             fsdp,
+            fsdp,  # proposed again: answered from the first measurement, not run, not counted
             _cfg(batch_size=8),
         ],
     )
     lines: list[str] = []
     result = optimize(loaded, printer=lines.append)
     assert result.counted == 4
-    assert result.statuses == {"invalid": 1, "oom": 1, "ok": 2}
+    assert result.statuses == {"invalid": 1, "oom": 1, "ok": 3}
     study = open_study(loaded, create=False)
-    trials = {t.user_attrs["config_key"]: t for t in study.get_trials()}
+    reused = [t for t in study.get_trials() if "reused_from" in t.user_attrs]
+    assert len(reused) == 1 and reused[0].user_attrs["config_key"] == fsdp.key()
+    original = study.trials[reused[0].user_attrs["reused_from"]]
+    assert reused[0].value == original.value and reused[0].user_attrs["wall_seconds"] == 0.0
+    assert not (loaded.output_dir / f"trial-{reused[0].number:05d}").exists()
+    trials = {t.user_attrs["config_key"]: t for t in study.get_trials() if "reused_from" not in t.user_attrs}
     assert len(trials) == 4
 
     invalid = next(t for t in trials.values() if status_of(t) == "invalid")
@@ -90,7 +96,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
 
     # Running again with the same n_trials adds nothing; a larger n_trials continues.
     again = optimize(load_study(path), printer=lines.append)
-    assert again.counted == 4 and len(open_study(loaded, create=False).trials) == 4
+    assert again.counted == 4 and len(open_study(loaded, create=False).trials) == 5
     more = optimize(load_study(path, n_trials=5), printer=lines.append)
     assert more.counted == 5 and len(counted_trials(open_study(loaded, create=False))) == 5
 

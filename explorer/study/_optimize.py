@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
-from explorer.study._record import OBJECTIVE, counted_trials, record_driver, record_outcome, status_of
+from explorer.study._record import (
+    OBJECTIVE,
+    counted_trials,
+    frozen,
+    record_driver,
+    record_outcome,
+    record_reuse,
+    status_of,
+)
 from explorer.study._recover import reclaim_interrupted, requeue
 from explorer.study._sampler import make_sampler
 from explorer.study._storage import mask_url, open_storage
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
 __all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
+MAX_REUSE_STREAK = 30
+"""Stop asking after this many proposals in a row were all already measured (space exhausted)."""
 
 
 @dataclass(frozen=True)
@@ -137,16 +147,46 @@ def optimize(
     in_flight: dict[int, _InFlight] = {}
     queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
     best: tuple[float, int] | None = _best(study)
+    measured = {
+        t.user_attrs["config_key"]: t
+        for t in study.get_trials(deepcopy=False)
+        if status_of(t) in ("ok", "oom") and "reused_from" not in t.user_attrs
+    }
+    reuse_streak = 0
     launcher_started = False
     try:
         while True:
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
             room = len(in_flight) + (queued is not None) < spec.parallel_trials
-            if queued is None and room and not timed_out and done + len(in_flight) < spec.n_trials:
+            exhausted = reuse_streak >= MAX_REUSE_STREAK
+            if (
+                queued is None
+                and room
+                and not (timed_out or exhausted)
+                and done + len(in_flight) < spec.n_trials
+            ):
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
                 attempt = int(trial.user_attrs.get("attempt", 0))
                 record_driver(trial, config, attempt)
+                source = measured.get(config.key())
+                if source is not None:
+                    status = record_reuse(study, trial, source)
+                    reuse_streak += 1
+                    printer(
+                        _line(
+                            done,
+                            spec.n_trials,
+                            trial.number,
+                            status,
+                            describe(config),
+                            f"reused trial {source.number}",
+                            best,
+                        )
+                    )
+                    if reuse_streak == MAX_REUSE_STREAK:
+                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all measured already")
+                    continue
                 reason = invalid_reason(config, spec.resources)
                 if reason is not None:
                     record_outcome(study, trial, Measurement(outcome=Outcome.INVALID, error=reason))
@@ -181,9 +221,11 @@ def optimize(
                 flight = in_flight.pop(number)
                 retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
                 status = record_outcome(study, flight.trial, measurement, retry=retry)
+                if status in ("ok", "oom"):
+                    measured[flight.config.key()] = frozen(study, flight.trial)
+                    reuse_streak = 0
                 if retry:
-                    frozen = study._storage.get_trial(flight.trial._trial_id)
-                    requeue(study, frozen, attempt=flight.attempt + 1, why="failed")
+                    requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
                 else:
                     done += 1
                 if status == "ok" and measurement.properties is not None:
@@ -193,7 +235,7 @@ def optimize(
                 detail = (
                     f"{measurement.properties.dataset_tokens_per_second_per_gpu:.1f} tok/s/gpu"
                     if measurement.properties is not None
-                    else (measurement.error or "")
+                    else _short(measurement.error or "")
                 )
                 detail += f" ({measurement.wall_seconds:.1f} s)"
                 printer(_line(done, spec.n_trials, number, status, describe(flight.config), detail, best))
@@ -225,8 +267,12 @@ def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:
         flight.trial.set_user_attr("status", "interrupted")
         flight.trial.set_user_attr("error", "explorer was interrupted; re-run on resume")
         study.tell(flight.trial, state=optuna.trial.TrialState.FAIL)
-        frozen = study._storage.get_trial(flight.trial._trial_id)
-        requeue(study, frozen, attempt=flight.attempt, why="interrupted")
+        requeue(study, frozen(study, flight.trial), attempt=flight.attempt, why="interrupted")
+
+
+def _short(text: str, limit: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _best(study: optuna.Study) -> tuple[float, int] | None:

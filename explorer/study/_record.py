@@ -6,7 +6,9 @@
 * failed: FAIL, with the error text; re-enqueued while retries remain (status ``retry``).
 * interrupted: FAIL, re-enqueued on resume (status ``interrupted``).
 
-Statuses that count towards ``n_trials``: ok, oom, invalid, failed.
+Statuses that count towards ``n_trials``: ok, oom, invalid, failed. A configuration proposed again
+after it was measured (ok or oom) is answered from that measurement without running
+(``reused_from``) and does not count.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ __all__ = [
     "INFEASIBLE_PLACEHOLDER",
     "OBJECTIVE",
     "counted_trials",
+    "counts",
+    "frozen",
     "record_driver",
+    "record_reuse",
     "record_outcome",
     "status_of",
 ]
@@ -43,9 +48,37 @@ def status_of(trial: optuna.trial.FrozenTrial) -> str | None:
     return str(status) if status is not None else None
 
 
+def frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
+    """The stored state of a live trial (one storage read, not the whole study)."""
+    return study._storage.get_trial(trial._trial_id)
+
+
+def counts(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether ``trial`` counts towards ``n_trials``: finished for good, and not a free reuse."""
+    return status_of(trial) in COUNTED and "reused_from" not in trial.user_attrs
+
+
 def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Trials that count towards ``n_trials`` (finished for good)."""
-    return [t for t in study.get_trials(deepcopy=False) if status_of(t) in COUNTED]
+    """Trials that count towards ``n_trials``."""
+    return [t for t in study.get_trials(deepcopy=False) if counts(t)]
+
+
+def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.FrozenTrial) -> str:
+    """Answer a repeated proposal from the trial that already measured the same configuration.
+
+    The new trial gets the source's value, constraint and measured properties (the sampler sees the
+    point again, as if re-measured) plus ``reused_from``; it does not count towards ``n_trials``.
+    """
+    skip = {"driver", "attempt", "requeued_from", "requeued_why", "reused_from"}
+    for key, value in source.user_attrs.items():
+        if key not in skip:
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("reused_from", source.number)
+    trial.set_user_attr("wall_seconds", 0.0)
+    for key, value in source.constraints.items():
+        trial.set_constraint(key, value)
+    study.tell(trial, source.value)
+    return str(status_of(source))
 
 
 def record_driver(trial: optuna.Trial, config: TrialConfig, attempt: int) -> None:

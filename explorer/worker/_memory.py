@@ -43,10 +43,12 @@ class MemoryCap:
         self.cap_bytes = cap_bytes
         self.device = device
         self.baseline: int | None = None
+        self.baseline_rss = 0
         self._hard: int | None = None
 
     def mark_baseline(self) -> None:
         """Call after imports and process-group set-up, before the model is built."""
+        self.baseline_rss = _rss()
         if self.cap_bytes is None:
             return
         if self.device.type == "cuda":
@@ -74,9 +76,20 @@ class MemoryCap:
             resource.setrlimit(resource.RLIMIT_AS, (self._hard, self._hard))
 
 
-def peak_memory_bytes(device: torch.device) -> tuple[int, int]:
-    """(peak reserved, peak allocated) on CUDA; (peak RSS, peak RSS) on CPU."""
+def _rss() -> int:
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def peak_memory_bytes(device: torch.device, *, baseline_rss: int = 0) -> tuple[int, int]:
+    """(peak reserved, peak allocated) on CUDA.
+
+    On CPU: the peak resident set above ``baseline_rss`` (the process before the model was built),
+    twice, so that the figure means what device memory means on a GPU: model, gradients, optimizer
+    state and activations, without the interpreter and its libraries.
+    """
     if device.type == "cuda":
         return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return rss, rss
+    peak = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline_rss)
+    return peak, peak

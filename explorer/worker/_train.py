@@ -155,7 +155,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             "trainable_parameters": trainable,
             "total_parameters": total,
         }
-        return _aggregate(job, log, device, extra)
+        return _aggregate(job, log, device, extra, baseline_rss=cap.baseline_rss)
 
 
 def _checkpointing_active(trainer: Any) -> bool:
@@ -197,7 +197,9 @@ def _fsdp2_reshards(root: Any) -> bool:
     return False
 
 
-def _aggregate(job: TrialJob, log: Any, device: torch.device, extra: dict[str, Any]) -> Measurement | None:
+def _aggregate(
+    job: TrialJob, log: Any, device: torch.device, extra: dict[str, Any], *, baseline_rss: int
+) -> Measurement | None:
     import torch.distributed as dist
 
     w = job.measurement.warmup_steps
@@ -206,7 +208,7 @@ def _aggregate(job: TrialJob, log: Any, device: torch.device, extra: dict[str, A
         raise RuntimeError(f"training stopped after {steps} steps, before the end of {w} warmup steps")
     begin = log.ends[w - 1] if w else log.start
     base = (log.dataset_tokens[w - 1], log.train_tokens[w - 1], log.samples[w - 1]) if w else (0, 0, 0)
-    peak_reserved, peak_alloc = peak_memory_bytes(device)
+    peak_reserved, peak_alloc = peak_memory_bytes(device, baseline_rss=baseline_rss)
     counts = torch.tensor(
         [
             log.dataset_tokens[-1] - base[0],
