@@ -1,0 +1,91 @@
+"""optuna-dashboard, started on a study's storage, serves the trials with explorer's user_attrs."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import optuna
+
+from explorer.measurement import Measurement, Outcome, Properties
+from explorer.study import record_outcome
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _props(value: float) -> Properties:
+    return Properties(
+        dataset_tokens_per_second=2 * value,
+        dataset_tokens_per_second_per_gpu=value,
+        train_tokens_per_second=3 * value,
+        train_runtime=5.0,
+        train_samples_per_second=10.0,
+        train_steps_per_second=1.0,
+        peak_memory_gib=0.3,
+        peak_memory_allocated_gib=0.3,
+        measured_steps=3,
+        warmup_steps=1,
+        measured_seconds=3.0,
+        measured_dataset_tokens=int(6 * value),
+        measured_train_tokens=int(9 * value),
+        measured_samples=30,
+        device="cpu",
+    )
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_dashboard_serves_trials_and_user_attrs(tmp_path):
+    url = f"sqlite:///{tmp_path}/d.db"
+    study = optuna.create_study(study_name="dash", storage=url, direction="maximize")
+    for m in (
+        Measurement(outcome=Outcome.OK, properties=_props(1234.5), extra={"wrapper": "DistributedDataParallel"}),
+        Measurement(outcome=Outcome.OOM, error="DefaultCPUAllocator: can't allocate memory"),
+        Measurement(outcome=Outcome.INVALID, error="batch_size 6 is not divisible by number_gpus 4"),
+        Measurement(outcome=Outcome.FAILED, error="NCCL error"),
+    ):
+        trial = study.ask()
+        trial.suggest_int("batch_size", 1, 64)
+        record_outcome(study, trial, m)
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                studies = _get(f"{base}/api/studies")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "dashboard did not start"
+                time.sleep(0.5)
+        [summary] = [s for s in studies["study_summaries"] if s["study_name"] == "dash"]
+        detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+        trials = detail["trials"]
+        assert len(trials) == 4
+        attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials]
+        assert [a["status"] for a in attrs] == ["ok", "oom", "invalid", "failed"]
+        assert attrs[0]["dataset_tokens_per_second_per_gpu"] == "1234.5"
+        assert "can't allocate memory" in attrs[1]["error"]
+        assert [t["state"] for t in trials] == ["Complete", "Complete", "Complete", "Fail"]
+        assert trials[0]["values"] == [1234.5] and trials[1]["values"] == [0.0]
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
