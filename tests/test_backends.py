@@ -130,3 +130,17 @@ def test_timeout_kills_the_whole_process_group(make_job, tmp_path):
         if p.pid not in before and "explorer.worker" in " ".join(p.info["cmdline"] or [])
     ]
     assert leftovers == []
+
+
+def test_accelerate_launch_runner(make_job, tmp_path):
+    """The same worker under `accelerate launch` (the seeds' runner) instead of torchrun."""
+    job = make_job(
+        batch_size=4,
+        number_gpus=2,
+        distributed_backend="FSDP",
+        fsdp_version=2,
+        fsdp_sharding_strategy="FULL_SHARD",
+    )
+    m = run_trial(job, work_dir=tmp_path / "trial", runner="accelerate", timeout_s=240)
+    assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
+    assert m.extra["wrapper"] == "FSDPModule:reshard_after_forward=True"

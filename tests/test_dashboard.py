@@ -51,7 +51,9 @@ def test_dashboard_serves_trials_and_user_attrs(tmp_path):
     url = f"sqlite:///{tmp_path}/d.db"
     study = optuna.create_study(study_name="dash", storage=url, direction="maximize")
     for m in (
-        Measurement(outcome=Outcome.OK, properties=_props(1234.5), extra={"wrapper": "DistributedDataParallel"}),
+        Measurement(
+            outcome=Outcome.OK, properties=_props(1234.5), extra={"wrapper": "DistributedDataParallel"}
+        ),
         Measurement(outcome=Outcome.OOM, error="DefaultCPUAllocator: can't allocate memory"),
         Measurement(outcome=Outcome.INVALID, error="batch_size 6 is not divisible by number_gpus 4"),
         Measurement(outcome=Outcome.FAILED, error="NCCL error"),
@@ -62,7 +64,14 @@ def test_dashboard_serves_trials_and_user_attrs(tmp_path):
 
     port = _free_port()
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "optuna-dashboard"), url, "--host", "127.0.0.1", "--port", str(port)],
+        [
+            str(Path(sys.executable).parent / "optuna-dashboard"),
+            url,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

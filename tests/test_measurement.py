@@ -35,11 +35,16 @@ def test_dataset_tokens_recount(gpus, backend, accumulation, checkpointing, make
     warm, steps = job.measurement.warmup_steps, job.measurement.measured_steps
     assert p.measured_samples == per_step * steps
     expected = _recount(
-        job.workload.dataset, first=warm * per_step, count=per_step * steps, max_length=job.config.model_max_length
+        job.workload.dataset,
+        first=warm * per_step,
+        count=per_step * steps,
+        max_length=job.config.model_max_length,
     )
     assert p.measured_dataset_tokens == expected
     # the synthetic entries are 16..96 tokens and cut at 64: some padding, some truncation
     assert expected < p.measured_train_tokens == per_step * steps * job.config.model_max_length
     assert p.dataset_tokens_per_second == pytest.approx(expected / p.measured_seconds, rel=0.005)
-    assert p.dataset_tokens_per_second_per_gpu == pytest.approx(expected / p.measured_seconds / gpus, rel=0.005)
+    assert p.dataset_tokens_per_second_per_gpu == pytest.approx(
+        expected / p.measured_seconds / gpus, rel=0.005
+    )
     assert p.train_steps_per_second == pytest.approx(steps / p.measured_seconds, rel=0.005)

@@ -63,7 +63,6 @@ def trial_command(job: TrialJob, *, runner: str, out_dir: str, port: int) -> lis
     if n == 1 and job.config.number_nodes == 1:
         return [sys.executable, *worker]
     if runner == "accelerate":
-        cpu = job.resources.device == "cpu"
         return [
             sys.executable,
             "-m",
@@ -76,7 +75,7 @@ def trial_command(job: TrialJob, *, runner: str, out_dir: str, port: int) -> lis
             "127.0.0.1",
             "--main_process_port",
             str(port),
-            *(["--cpu"] if cpu else ["--multi_gpu"]),
+            "--multi_gpu",  # accelerate's torchrun-style launcher; the worker picks the device
             "--mixed_precision",
             "no",
             "--dynamo_backend",
