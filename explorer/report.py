@@ -40,7 +40,7 @@ def _config_text(trial: optuna.trial.FrozenTrial) -> str:
     return text
 
 
-def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) -> None:  # type: ignore[no-untyped-def]
+def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) -> None:
     study = open_study(loaded, create=False)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
     printer("")

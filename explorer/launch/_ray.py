@@ -118,7 +118,7 @@ class RayLauncher:
 
         n = job.config.number_gpus
         actor_cls = ray.remote(TrialActor)
-        actor = actor_cls.options(  # type: ignore[attr-defined]
+        actor = actor_cls.options(
             num_gpus=n,
             num_cpus=0,
             resources={self.gpu_model: n},
@@ -126,7 +126,8 @@ class RayLauncher:
             name=None,
         ).remote()
         work_dir = self.output_dir / f"trial-{job.trial_number:05d}"
-        ref = actor.run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s)
+        run: Any = actor.run
+        ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s)
         self._running[ref] = _Running(job.trial_number, n, actor, ref)
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:

@@ -37,7 +37,7 @@ class Categorical:
     values: tuple[Value, ...]
 
     def suggest(self, trial: optuna.Trial, name: str) -> Value:
-        return trial.suggest_categorical(name, list(self.values))  # type: ignore[arg-type]
+        return trial.suggest_categorical(name, list(self.values))  # type: ignore[return-value]
 
     def encode(self, name: str, value: Value) -> dict[str, Value]:
         return {name: value}
@@ -140,12 +140,12 @@ def parse_domain(raw: Any, *, kind: str) -> Domain:
         values = raw["values"]
         if not isinstance(values, list) or not values:
             raise ValueError("values is empty; give at least one value")
-        ints = tuple(sorted(int(check(v)) for v in values))  # type: ignore[arg-type]
+        ints = tuple(sorted(int(check(v)) for v in values))
         if len(set(ints)) != len(ints):
             raise ValueError("values has duplicates")
         return Fixed(ints[0]) if len(ints) == 1 else Ordered(ints)
     if "low" in keys and "high" in keys and keys <= {"low", "high", "step", "log2"}:
-        low, high = int(check(raw["low"])), int(check(raw["high"]))  # type: ignore[arg-type]
+        low, high = int(check(raw["low"])), int(check(raw["high"]))
         if low > high:
             raise ValueError(f"low ({low}) is greater than high ({high}): the domain is empty")
         if raw.get("log2"):
@@ -157,7 +157,7 @@ def parse_domain(raw: Any, *, kind: str) -> Domain:
             if not ints:
                 raise ValueError(f"no power of two between {low} and {high}: the domain is empty")
         else:
-            step = int(check(raw.get("step", 1)))  # type: ignore[arg-type]
+            step = int(check(raw.get("step", 1)))
             if step <= 0:
                 raise ValueError("step must be positive")
             if (high - low) // step + 1 > MAX_DOMAIN_VALUES:

@@ -106,7 +106,7 @@ class SearchSpace:
                 raise fail(f"parameters.{name}", "required parameter is missing")
 
         gpus = domains["number_gpus"].values
-        multi = any(int(g) > 1 for g in gpus)  # type: ignore[arg-type]
+        multi = any(int(g) > 1 for g in gpus)
         if multi and "distributed_backend" not in domains:
             raise fail("parameters.distributed_backend", "required when number_gpus can exceed 1")
         if not multi and "distributed_backend" in domains:
@@ -134,19 +134,19 @@ class SearchSpace:
     # -- the conditional structure, shared by suggest() and enumerate() ------------------------
 
     def _build(self, pick: Callable[[str], Value]) -> TrialConfig:
-        gpus = int(pick("number_gpus"))  # type: ignore[arg-type]
+        gpus = int(pick("number_gpus"))
         backend = str(pick("distributed_backend")) if gpus > 1 else "NONE"
         fsdp = backend == "FSDP"
         return TrialConfig(
-            batch_size=int(pick("batch_size")),  # type: ignore[arg-type]
+            batch_size=int(pick("batch_size")),
             number_gpus=gpus,
             distributed_backend=backend,  # type: ignore[arg-type]
-            fsdp_version=int(pick("fsdp_version")) if fsdp else None,  # type: ignore[arg-type]
+            fsdp_version=int(pick("fsdp_version")) if fsdp else None,
             fsdp_sharding_strategy=str(pick("fsdp_sharding_strategy")) if fsdp else None,
             gradient_checkpointing=bool(pick("gradient_checkpointing")),
-            model_max_length=int(pick("model_max_length")),  # type: ignore[arg-type]
-            gradient_accumulation_steps=int(pick("gradient_accumulation_steps")),  # type: ignore[arg-type]
-            lora_r=int(pick("lora_r")) if self.lora else None,  # type: ignore[arg-type]
+            model_max_length=int(pick("model_max_length")),
+            gradient_accumulation_steps=int(pick("gradient_accumulation_steps")),
+            lora_r=int(pick("lora_r")) if self.lora else None,
             optim=str(pick("optim")),
             torch_compile=bool(pick("torch_compile")),
         )

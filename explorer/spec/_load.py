@@ -59,7 +59,7 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
                     raise SpecError(
                         file=name, field="", problem=f"YAML alias *{event.anchor} is inside its own anchor"
                     )
-                nodes += expanded.get(event.anchor, 1)
+                nodes += expanded.get(event.anchor or "", 1)
             if nodes > MAX_YAML_NODES:
                 raise SpecError(
                     file=name,

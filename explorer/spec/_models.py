@@ -68,11 +68,8 @@ class ModelSpec(_Spec):
     @property
     def is_hub_id(self) -> bool:
         """Whether ``path`` names a hub repository rather than a local directory."""
-        return (
-            bool(self.path)
-            and not self.path.startswith((".", "/", "~"))
-            and bool(HUB_ID.match(self.path or ""))
-        )
+        path = self.path or ""
+        return not path.startswith((".", "/", "~")) and bool(HUB_ID.match(path))
 
 
 class DatasetSpec(_Spec):

@@ -57,7 +57,7 @@ class _InFlight:
 
 def describe(config: TrialConfig) -> str:
     """A short human-readable form of a configuration."""
-    backend = config.distributed_backend
+    backend: str = config.distributed_backend
     if backend == "FSDP":
         backend = f"FSDP{config.fsdp_version}/{config.fsdp_sharding_strategy}"
     parts = [

@@ -20,11 +20,16 @@ def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
     """
     import optuna
 
-    startup = {} if spec.n_startup_trials is None else {"n_startup_trials": spec.n_startup_trials}
     if spec.kind == "tpe":
         return optuna.samplers.TPESampler(
-            seed=spec.seed, multivariate=True, group=True, constant_liar=True, **startup
+            seed=spec.seed,
+            multivariate=True,
+            group=True,
+            constant_liar=True,
+            n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials,
         )
     if spec.kind == "gp":
-        return optuna.samplers.GPSampler(seed=spec.seed, **startup)
+        return optuna.samplers.GPSampler(
+            seed=spec.seed, n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials
+        )
     return optuna.samplers.RandomSampler(seed=spec.seed)

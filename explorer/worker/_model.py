@@ -18,7 +18,7 @@ def load_config(spec: ModelSpec, path: str | None) -> Any:
     if spec.architecture is not None:
         arch = dict(spec.architecture)
         return AutoConfig.for_model(arch.pop("model_type"), **arch)
-    return AutoConfig.from_pretrained(path, trust_remote_code=spec.trust_remote_code)
+    return AutoConfig.from_pretrained(str(path), trust_remote_code=spec.trust_remote_code)
 
 
 def build_model(
@@ -29,8 +29,8 @@ def build_model(
 
     torch.manual_seed(0)
     if spec.weights == "pretrained":
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(path), dtype=torch.float32, trust_remote_code=spec.trust_remote_code
         )
     else:
         model = AutoModelForCausalLM.from_config(
@@ -68,5 +68,5 @@ def decoder_layer_classes(config: Any) -> list[str]:
     model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
     names = list(getattr(model_cls, "_no_split_modules", None) or [])
     if not names:
-        raise ValueError(f"{model_cls.__name__} declares no _no_split_modules; cannot auto-wrap for FSDP")
+        raise ValueError(f"{model_cls!r} declares no _no_split_modules; cannot auto-wrap for FSDP")
     return names
