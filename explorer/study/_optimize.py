@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -91,7 +92,9 @@ def open_study(loaded: LoadedStudy, *, create: bool) -> optuna.Study:
             load_if_exists=True,
         )
         if study.metric_names is None:
-            study.set_metric_names([OBJECTIVE])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names([OBJECTIVE])
         return study
     return optuna.load_study(
         study_name=loaded.spec.name, storage=storage, sampler=make_sampler(loaded.spec.sampler)

@@ -18,16 +18,20 @@ def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
     ``grid`` is a random sampler here: the driver enqueues every configuration of the space first,
     which respects the conditional structure (Optuna's GridSampler does not).
     """
+    import warnings
+
     import optuna
 
     if spec.kind == "tpe":
-        return optuna.samplers.TPESampler(
-            seed=spec.seed,
-            multivariate=True,
-            group=True,
-            constant_liar=True,
-            n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials,
-        )
+        with warnings.catch_warnings():  # `group` is experimental in Optuna 5.0, and what we want
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(
+                seed=spec.seed,
+                multivariate=True,
+                group=True,
+                constant_liar=True,
+                n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials,
+            )
     if spec.kind == "gp":
         return optuna.samplers.GPSampler(
             seed=spec.seed, n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials
