@@ -16,8 +16,12 @@ __all__ = ["feasible_ranking", "print_summary"]
 
 
 def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Measured (status ok) trials, best first."""
-    ok = [t for t in study.get_trials(deepcopy=False) if status_of(t) == "ok" and t.value is not None]
+    """Measured (status ok) trials, best first; a reused answer is not a second entry."""
+    ok = [
+        t
+        for t in study.get_trials(deepcopy=False)
+        if status_of(t) == "ok" and t.value is not None and "reused_from" not in t.user_attrs
+    ]
     return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
 
 

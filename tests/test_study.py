@@ -64,7 +64,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     lines: list[str] = []
     result = optimize(loaded, printer=lines.append)
     assert result.counted == 4
-    assert result.statuses == {"invalid": 1, "oom": 1, "ok": 3}
+    assert result.statuses == {"invalid": 1, "oom": 1, "ok": 2, "reused": 1}
     study = open_study(loaded, create=False)
     reused = [t for t in study.get_trials() if "reused_from" in t.user_attrs]
     assert len(reused) == 1 and reused[0].user_attrs["config_key"] == fsdp.key()

@@ -251,7 +251,7 @@ def optimize(
             launcher.shutdown()
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        s = status_of(t) or t.state.name.lower()
+        s = "reused" if "reused_from" in t.user_attrs else (status_of(t) or t.state.name.lower())
         statuses[s] = statuses.get(s, 0) + 1
     return OptimizeResult(
         study_name=spec.name,
