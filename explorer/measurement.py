@@ -55,6 +55,17 @@ class Properties:
     """Optimizer steps excluded as warmup."""
     measured_seconds: float
     """Length of the measured window."""
+    warmup_seconds: float
+    """Training time excluded as warmup (from the start of the first step)."""
+    step_time_mean: float
+    """Mean optimizer-step time in the measured window, seconds."""
+    step_time_cv: float
+    """Coefficient of variation of the step times in the window."""
+    step_time_rel_ci: float | None
+    """Half-width of the 95% confidence interval of the mean step time, relative to it: the
+    uncertainty of the throughput estimate (``None`` with fewer than 2 measured steps)."""
+    stop_reason: str
+    """Why measuring stopped: stable, max_steps, max_seconds, steps, stop_after_seconds, ..."""
     measured_dataset_tokens: int
     """Dataset tokens consumed in the measured window, all processes together."""
     measured_train_tokens: int

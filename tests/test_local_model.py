@@ -33,7 +33,9 @@ def local_model(tmp_path):
     data = tmp_path / "data.jsonl"
     with data.open("w") as fh:
         for i in range(64):
-            fh.write(json.dumps({"output": " ".join(WORDS[(i * 7 + k) % 200] for k in range(10 + i % 50))}) + "\n")
+            fh.write(
+                json.dumps({"output": " ".join(WORDS[(i * 7 + k) % 200] for k in range(10 + i % 50))}) + "\n"
+            )
     return path, data
 
 

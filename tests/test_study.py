@@ -143,7 +143,7 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
         {
             "storage": f"sqlite:///{tmp_path}/s.db",
             "n_trials": 3,
-            "measurement": {"warmup_steps": 1, "measured_steps": 400, "measured_seconds": 5},
+            "measurement": {"warmup_steps": 1, "stop": "seconds", "stop_after_seconds": 6},
             "search_space": {
                 "parameters": {
                     "batch_size": {"values": [4, 8]},

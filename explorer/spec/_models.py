@@ -145,23 +145,71 @@ class WorkloadSpec(_Spec):
         return self
 
 
-class MeasurementSpec(_Spec):
-    """How long each trial trains and which steps count."""
+StopRule = Literal["steady", "steps", "seconds", "warmup_then_stable"]
 
+
+class MeasurementSpec(_Spec):
+    """How long each trial trains and which steps count.
+
+    Stop rules:
+
+    * ``steady`` (default): after ``warmup_steps``, stop once the 95% confidence interval of the
+      mean step time is within ``target_rel_ci`` of the mean, over at least ``min_steps`` steps;
+      ``max_steps`` / ``max_seconds`` cap the measured window.
+    * ``steps``: exactly ``measured_steps`` steps after warmup (the default when ``measured_steps``
+      is given and ``stop`` is not).
+    * ``seconds``: ado's ``stop_after_seconds``: train for ``stop_after_seconds`` in total; the
+      ``warmup_steps`` are excluded from the throughput.
+    * ``warmup_then_stable``: ado's ``WARMUP_60S_STABLE_120S_OR_10_STEPS``: the steps that end within
+      the first ``warmup_seconds`` are warmup; then measure for the longer of ``stable_seconds`` and
+      ``stable_steps`` steps.
+    """
+
+    stop: StopRule | None = None
+    """The stop rule (``steady``, or ``steps`` when ``measured_steps`` is set)."""
     warmup_steps: NonNegativeInt = 2
     """Optimizer steps excluded from throughput (the first one also surfaces OOM)."""
-    measured_steps: PositiveInt | None = 10
-    """Optimizer steps measured after warmup."""
-    measured_seconds: PositiveFloat | None = None
-    """Or: measure for this long after warmup (whichever limit comes first when both are set)."""
+    measured_steps: PositiveInt = 10
+    """``steps``: optimizer steps measured after warmup."""
+    target_rel_ci: float = Field(default=0.02, gt=0, lt=1)
+    """``steady``: relative half-width of the 95% CI of the mean step time to stop at."""
+    min_steps: Annotated[int, Field(ge=2)] = 5
+    """``steady``: fewest measured steps before the rule may stop."""
+    max_steps: PositiveInt = 200
+    """``steady``: most measured steps."""
+    max_seconds: PositiveFloat = 300.0
+    """``steady``: longest measured window."""
+    stop_after_seconds: PositiveFloat | None = None
+    """``seconds``: total training time."""
+    warmup_seconds: PositiveFloat = 60.0
+    stable_seconds: PositiveFloat = 120.0
+    stable_steps: PositiveInt = 10
     trial_timeout_s: PositiveFloat = 1800.0
     """The whole process group is killed after this long; the trial is FAILED."""
 
     @model_validator(mode="after")
-    def _some_stop(self) -> MeasurementSpec:
-        if self.measured_steps is None and self.measured_seconds is None:
-            raise ValueError("set measured_steps or measured_seconds")
+    def _check_rule(self) -> MeasurementSpec:
+        if self.rule == "seconds" and self.stop_after_seconds is None:
+            raise ValueError("stop: seconds needs stop_after_seconds")
+        if self.rule == "steady" and self.min_steps > self.max_steps:
+            raise ValueError("min_steps is larger than max_steps")
         return self
+
+    @property
+    def rule(self) -> str:
+        """The stop rule in force."""
+        if self.stop is not None:
+            return self.stop
+        return "steps" if "measured_steps" in self.model_fields_set else "steady"
+
+    @property
+    def step_budget(self) -> int:
+        """An upper bound on optimizer steps, for the Trainer's ``max_steps``."""
+        if self.rule == "steps":
+            return self.warmup_steps + self.measured_steps
+        if self.rule == "steady":
+            return self.warmup_steps + self.max_steps
+        return 10_000_000
 
 
 class ResourcesSpec(_Spec):

@@ -14,6 +14,9 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
+from explorer.spec import MeasurementSpec
+from explorer.worker._stopping import Decision, decide
+
 __all__ = ["CountingTrainer", "StepClock", "StepLog"]
 
 
@@ -77,25 +80,16 @@ def _sync(device: torch.device) -> None:
 
 
 class StepClock(TrainerCallback):
-    """Records step boundaries; stops training when the measured window is complete.
+    """Records step boundaries and applies the stop rule after every optimizer step.
 
-    With ``measured_seconds`` the stop decision is all-reduced, so every rank stops at the same step.
+    Rank 0's decision is all-reduced, so every rank stops after the same step.
     """
 
-    def __init__(
-        self,
-        log: StepLog,
-        *,
-        device: torch.device,
-        warmup_steps: int,
-        measured_steps: int | None,
-        measured_seconds: float | None,
-    ) -> None:
+    def __init__(self, log: StepLog, *, device: torch.device, spec: MeasurementSpec) -> None:
         self.log = log
         self.device = device
-        self.warmup_steps = warmup_steps
-        self.measured_steps = measured_steps
-        self.measured_seconds = measured_seconds
+        self.spec = spec
+        self.decision = Decision(warmup=spec.warmup_steps, stop=False)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.log.start is None:
@@ -109,28 +103,21 @@ class StepClock(TrainerCallback):
         log.dataset_tokens.append(log.run_dataset_tokens)
         log.train_tokens.append(log.run_train_tokens)
         log.samples.append(log.run_samples)
-        measured = len(log.ends) - self.warmup_steps
-        if measured <= 0:
-            return
-        stop = self.measured_steps is not None and measured >= self.measured_steps
-        if self.measured_seconds is not None:
-            elapsed = (
-                log.ends[-1] - log.ends[self.warmup_steps - 1]
-                if self.warmup_steps
-                else (log.ends[-1] - (log.start or log.ends[-1]))
-            )
-            stop = stop or elapsed >= self.measured_seconds
-            stop = _agree(stop, self.device)
-        if stop:
+        decision = decide(self.spec, start=log.start or log.ends[0], ends=log.ends)
+        if _agree(decision.stop, self.device):
+            self.decision = Decision(warmup=decision.warmup, stop=True, reason=decision.reason or "rank 0")
             control.should_training_stop = True
+        else:
+            self.decision = decision
 
 
 def _agree(flag: bool, device: torch.device) -> bool:
-    """True on every rank if it is true on any rank."""
+    """Rank 0's ``flag``, on every rank (an all-reduce, so that all ranks stop at the same step)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    t = torch.tensor([1 if flag else 0], device=device if device.type == "cuda" else "cpu")
+    mine = flag if dist.get_rank() == 0 else False
+    t = torch.tensor([1 if mine else 0], device=device if device.type == "cuda" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return bool(t.item())

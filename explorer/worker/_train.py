@@ -22,6 +22,7 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.trial_config import TrialConfig
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
+from explorer.worker._stopping import Decision, relative_ci
 
 __all__ = ["main", "run_rank", "training_arguments"]
 
@@ -77,7 +78,7 @@ def training_arguments(
         gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
     else:
         gradient_checkpointing = c.gradient_checkpointing
-    max_steps = m.warmup_steps + (m.measured_steps or 1_000_000)
+    max_steps = m.step_budget
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=c.per_device_batch_size,
@@ -135,13 +136,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             dataset = SyntheticTokens(job.workload.dataset, vocab_size=vocab, max_length=c.model_max_length)
         log = StepLog()
         m = job.measurement
-        clock = StepClock(
-            log,
-            device=device,
-            warmup_steps=m.warmup_steps,
-            measured_steps=m.measured_steps,
-            measured_seconds=m.measured_seconds,
-        )
+        clock = StepClock(log, device=device, spec=m)
         trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=[clock])
         trainer.step_log = log
         cap.enforce()
@@ -155,7 +150,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             "trainable_parameters": trainable,
             "total_parameters": total,
         }
-        return _aggregate(job, log, device, extra, baseline_rss=cap.baseline_rss)
+        return _aggregate(job, log, device, extra, baseline_rss=cap.baseline_rss, decision=clock.decision)
 
 
 def _checkpointing_active(trainer: Any) -> bool:
@@ -198,11 +193,17 @@ def _fsdp2_reshards(root: Any) -> bool:
 
 
 def _aggregate(
-    job: TrialJob, log: Any, device: torch.device, extra: dict[str, Any], *, baseline_rss: int
+    job: TrialJob,
+    log: Any,
+    device: torch.device,
+    extra: dict[str, Any],
+    *,
+    baseline_rss: int,
+    decision: Decision,
 ) -> Measurement | None:
     import torch.distributed as dist
 
-    w = job.measurement.warmup_steps
+    w = decision.warmup
     steps = len(log.ends)
     if steps <= w:
         raise RuntimeError(f"training stopped after {steps} steps, before the end of {w} warmup steps")
@@ -228,6 +229,13 @@ def _aggregate(
             return None
     seconds = log.ends[-1] - begin
     measured_steps = steps - w
+    durations = [b - a for a, b in zip([begin, *log.ends[w:-1]], log.ends[w:], strict=True)]
+    mean_step = sum(durations) / len(durations)
+    sd = (
+        (sum((d - mean_step) ** 2 for d in durations) / (len(durations) - 1)) ** 0.5
+        if len(durations) > 1
+        else 0.0
+    )
     dataset_tokens, train_tokens, samples = (int(x) for x in counts.cpu().tolist())
     gpus = job.config.number_gpus
     dtps = dataset_tokens / seconds
@@ -243,11 +251,17 @@ def _aggregate(
         measured_steps=measured_steps,
         warmup_steps=w,
         measured_seconds=seconds,
+        warmup_seconds=begin - log.start,
+        step_time_mean=mean_step,
+        step_time_cv=sd / mean_step if mean_step > 0 else 0.0,
+        step_time_rel_ci=relative_ci(durations) if len(durations) > 1 else None,
+        stop_reason=decision.reason or ("end of data" if not decision.stop else ""),
         measured_dataset_tokens=dataset_tokens,
         measured_train_tokens=train_tokens,
         measured_samples=samples,
         device=device.type,
     )
+    extra = {**extra, "step_times": [round(d, 6) for d in durations]}
     return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
 
 

@@ -1,0 +1,80 @@
+"""Stop rules for the measured window: pure functions of the step clock, testable without training."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from explorer.spec import MeasurementSpec
+
+__all__ = ["Decision", "decide", "relative_ci", "t_quantile_975"]
+
+# Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        return math.inf
+    return _T975[df - 1] if df <= len(_T975) else 1.96
+
+
+def relative_ci(samples: list[float]) -> float:
+    """Half-width of the 95% confidence interval of the mean, relative to the mean."""
+    n = len(samples)
+    if n < 2:
+        return math.inf
+    mean = sum(samples) / n
+    var = sum((x - mean) ** 2 for x in samples) / (n - 1)
+    return t_quantile_975(n - 1) * math.sqrt(var / n) / mean if mean > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where the measured window starts, and whether (and why) to stop now."""
+
+    warmup: int
+    """Steps excluded as warmup (the window starts at the end of step ``warmup``)."""
+    stop: bool
+    reason: str = ""
+
+
+def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decision:
+    """Apply ``spec``'s stop rule to the step clock.
+
+    Args:
+        start: Clock at the start of the first step.
+        ends: Clock at the end of each optimizer step so far.
+    """
+    rule = spec.rule
+    if rule == "warmup_then_stable":
+        warm = sum(1 for e in ends if e - start <= spec.warmup_seconds)
+        if warm == 0 or warm == len(ends):
+            return Decision(warmup=warm, stop=False)
+        begin = ends[warm - 1]
+        done = ends[-1] - begin >= spec.stable_seconds and len(ends) - warm >= spec.stable_steps
+        return Decision(warmup=warm, stop=done, reason="warmup_then_stable" if done else "")
+    w = spec.warmup_steps
+    measured = len(ends) - w
+    if measured <= 0:
+        return Decision(warmup=w, stop=False)
+    if rule == "steps":
+        done = measured >= spec.measured_steps
+        return Decision(warmup=w, stop=done, reason="steps" if done else "")
+    if rule == "seconds":
+        done = ends[-1] - start >= (spec.stop_after_seconds or 0.0)
+        return Decision(warmup=w, stop=done, reason="stop_after_seconds" if done else "")
+    begin = ends[w - 1] if w else start
+    durations = [b - a for a, b in zip([begin, *ends[w:-1]], ends[w:], strict=True)]
+    if measured >= spec.min_steps and relative_ci(durations) <= spec.target_rel_ci:
+        return Decision(warmup=w, stop=True, reason="stable")
+    if measured >= spec.max_steps:
+        return Decision(warmup=w, stop=True, reason="max_steps")
+    if ends[-1] - begin >= spec.max_seconds:
+        return Decision(warmup=w, stop=True, reason="max_seconds")
+    return Decision(warmup=w, stop=False)

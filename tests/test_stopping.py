@@ -1,0 +1,86 @@
+"""Stop rules on synthetic step clocks (no training): steady state, fixed steps, ado's rules."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from explorer.spec import MeasurementSpec
+from explorer.worker._stopping import decide, relative_ci, t_quantile_975
+
+
+def _clock(durations: list[float], start: float = 100.0) -> list[float]:
+    ends, t = [], start
+    for d in durations:
+        t += d
+        ends.append(t)
+    return ends
+
+
+def _run(spec: MeasurementSpec, durations: list[float]):
+    """Feed steps one at a time, as the Trainer does; return (steps taken, decision)."""
+    for n in range(1, len(durations) + 1):
+        d = decide(spec, start=100.0, ends=_clock(durations[:n]))
+        if d.stop:
+            return n, d
+    return len(durations), d
+
+
+def test_relative_ci():
+    assert t_quantile_975(1) == 12.706 and t_quantile_975(100) == 1.96
+    assert relative_ci([1.0, 1.0, 1.0]) == 0.0
+    # mean 1, sd 0.1, n 4: 3.182 * 0.1 / 2
+    assert relative_ci([0.9, 1.1, 0.9, 1.1]) == pytest.approx(3.182 * 0.11547 / 2, rel=1e-3)
+
+
+def test_steady_stops_early_on_quiet_steps_and_late_on_noisy_ones():
+    spec = MeasurementSpec(stop="steady", warmup_steps=2, min_steps=5, target_rel_ci=0.02, max_steps=200)
+    rng = random.Random(0)
+    quiet = [3.0, 2.0] + [1.0 + rng.gauss(0, 0.005) for _ in range(300)]
+    noisy = [3.0, 2.0] + [1.0 + rng.gauss(0, 0.1) for _ in range(300)]
+    n_quiet, d_quiet = _run(spec, quiet)
+    n_noisy, d_noisy = _run(spec, noisy)
+    assert d_quiet.reason == "stable" and n_quiet == 2 + 5
+    assert d_noisy.reason == "stable" and 60 < n_noisy < 200  # (1.96*0.1/0.02)^2 ~ 96 steps
+    assert d_quiet.warmup == 2
+
+
+def test_steady_caps():
+    very_noisy = [1.0, 5.0] * 500
+    by_steps = MeasurementSpec(stop="steady", warmup_steps=1, max_steps=20, max_seconds=1e6)
+    assert _run(by_steps, very_noisy) == (21, _run(by_steps, very_noisy)[1])
+    assert _run(by_steps, very_noisy)[1].reason == "max_steps"
+    by_time = MeasurementSpec(stop="steady", warmup_steps=1, max_steps=1000, max_seconds=30)
+    n, d = _run(by_time, very_noisy)
+    assert d.reason == "max_seconds" and sum(very_noisy[1:n]) >= 30 > sum(very_noisy[1 : n - 1])
+
+
+def test_fixed_steps_is_the_default_when_measured_steps_is_given():
+    spec = MeasurementSpec(warmup_steps=1, measured_steps=3)
+    assert spec.rule == "steps" and MeasurementSpec().rule == "steady"
+    n, d = _run(spec, [1.0] * 10)
+    assert (n, d.reason, d.warmup) == (4, "steps", 1)
+
+
+def test_stop_after_seconds_counts_total_training_time():
+    spec = MeasurementSpec(stop="seconds", stop_after_seconds=10, warmup_steps=2)
+    n, d = _run(spec, [3.0] * 10)
+    assert (n, d.reason, d.warmup) == (4, "stop_after_seconds", 2)  # 12 s >= 10 s
+
+
+def test_warmup_then_stable_like_ado():
+    """WARMUP_60S_STABLE_120S_OR_10_STEPS: steps ending in the first 60 s are warmup, then the longer
+    of 120 s or 10 steps."""
+    spec = MeasurementSpec(stop="warmup_then_stable")
+    fast = [7.0] * 100  # 8 steps end within 60 s (56 s); 120 s -> 18 more steps (>= 10)
+    n, d = _run(spec, fast)
+    assert d.warmup == 8 and n == 8 + 18 and d.reason == "warmup_then_stable"
+    slow = [25.0] * 100  # 2 steps of warmup (50 s); 10 steps (250 s) are longer than 120 s
+    n, d = _run(spec, slow)
+    assert d.warmup == 2 and n == 12
+
+
+def test_seconds_rule_needs_its_limit():
+    with pytest.raises(ValueError, match="stop_after_seconds"):
+        MeasurementSpec(stop="seconds")
