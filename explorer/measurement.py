@@ -66,6 +66,18 @@ class Properties:
     uncertainty of the throughput estimate (``None`` with fewer than 2 measured steps)."""
     stop_reason: str
     """Why measuring stopped: stable, max_steps, max_seconds, steps, stop_after_seconds, ..."""
+    model_flops_per_token: float
+    """Training FLOPs per token (see :mod:`explorer.flops` for the assumptions)."""
+    peak_flops: float
+    """Peak FLOP/s of one device: data-sheet bf16 on GPUs, a measured fp32 matmul rate on CPU."""
+    mfu: float
+    """Model FLOPs utilisation per device, from ``train_tokens_per_second``."""
+    hfu: float
+    """Hardware FLOPs utilisation (activation-checkpointing recompute counted)."""
+    system: dict[str, float] = field(default_factory=dict)
+    """The seeds' system metrics over the measured window (gpu_compute_utilization_min/avg/max,
+    gpu_memory_utilization_*, gpu_memory_utilization_peak, gpu_power_watts_*, gpu_power_percent_*,
+    cpu_compute_utilization, cpu_memory_utilization); GPU metrics are 0.0 without a GPU."""
     measured_dataset_tokens: int
     """Dataset tokens consumed in the measured window, all processes together."""
     measured_train_tokens: int
@@ -76,7 +88,10 @@ class Properties:
     """``cuda`` or ``cpu``."""
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Flat: the system metrics appear under their own names."""
+        data = dataclasses.asdict(self)
+        data.update(data.pop("system"))
+        return data
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,10 +18,12 @@ from typing import Any
 
 import torch
 
+from explorer.flops import FlopModel, peak_flops_for
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.trial_config import TrialConfig
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
+from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
 
 __all__ = ["main", "run_rank", "training_arguments"]
@@ -139,18 +141,40 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         clock = StepClock(log, device=device, spec=m)
         trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=[clock])
         trainer.step_log = log
+        rank0 = int(os.environ.get("RANK", "0")) == 0
+        nvml = load_nvml() if rank0 else None
+        sampler = SystemSampler(nvml=nvml) if rank0 else None
+        if sampler is not None:
+            sampler.start()
         cap.enforce()
         try:
             trainer.train()
         finally:
             cap.release()
+            if sampler is not None:
+                sampler.stop()
+        flops = _flop_model(trainer.model, config, c)
         extra = {
             "wrapper": _describe_wrapper(trainer),
             "checkpointing": "on" if _checkpointing_active(trainer) else "off",
             "trainable_parameters": trainable,
             "total_parameters": total,
         }
-        return _aggregate(job, log, device, extra, baseline_rss=cap.baseline_rss, decision=clock.decision)
+        if rank0:
+            extra["fingerprint"] = fingerprint(nvml=nvml)
+        window = clock.decision.warmup
+        since = log.ends[window - 1] if window and len(log.ends) >= window else (log.start or 0.0)
+        system = sampler.summary(since=since) if sampler is not None else {}
+        return _aggregate(
+            job,
+            log,
+            device,
+            extra,
+            baseline_rss=cap.baseline_rss,
+            decision=clock.decision,
+            flops=flops,
+            system=system,
+        )
 
 
 def _checkpointing_active(trainer: Any) -> bool:
@@ -192,6 +216,42 @@ def _fsdp2_reshards(root: Any) -> bool:
     return False
 
 
+def _flop_model(model: Any, config: Any, c: TrialConfig) -> FlopModel:
+    """FLOPs per token of this model: linear weights (frozen and trainable), layers, hidden size."""
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    n_linear = sum(m.weight.numel() for m in linear)
+    n_trainable = sum(m.weight.numel() for m in linear if m.weight.requires_grad)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return FlopModel(
+        n_linear=n_linear,
+        n_trainable_linear=n_trainable,
+        layers=int(text.num_hidden_layers),
+        hidden=int(text.hidden_size),
+        seq_len=c.model_max_length,
+        lora=c.lora_r is not None,
+        checkpointing=c.gradient_checkpointing,
+    )
+
+
+def _peak_flops(device: torch.device, gpu_model: str) -> float:
+    """Peak FLOP/s of one device: the data-sheet table on CUDA; a measured matmul peak on CPU."""
+    if device.type == "cuda":
+        return peak_flops_for(torch.cuda.get_device_name(device)) or peak_flops_for(gpu_model) or float("nan")
+    return measure_cpu_matmul_flops()
+
+
+def measure_cpu_matmul_flops(size: int = 512, seconds: float = 0.3) -> float:
+    """Float32 matmul FLOP/s of this process with its torch threads (the CPU's "peak")."""
+    a = torch.randn(size, size)
+    b = torch.randn(size, size)
+    torch.mm(a, b)
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.mm(a, b)
+        n += 1
+    return 2.0 * size**3 * n / (time.perf_counter() - start)
+
+
 def _aggregate(
     job: TrialJob,
     log: Any,
@@ -200,6 +260,8 @@ def _aggregate(
     *,
     baseline_rss: int,
     decision: Decision,
+    flops: FlopModel,
+    system: dict[str, float],
 ) -> Measurement | None:
     import torch.distributed as dist
 
@@ -239,6 +301,8 @@ def _aggregate(
     dataset_tokens, train_tokens, samples = (int(x) for x in counts.cpu().tolist())
     gpus = job.config.number_gpus
     dtps = dataset_tokens / seconds
+    peak = _peak_flops(device, job.resources.gpu_model)
+    per_device = train_tokens / seconds / gpus
     props = Properties(
         dataset_tokens_per_second=dtps,
         dataset_tokens_per_second_per_gpu=dtps / gpus,
@@ -256,6 +320,11 @@ def _aggregate(
         step_time_cv=sd / mean_step if mean_step > 0 else 0.0,
         step_time_rel_ci=relative_ci(durations) if len(durations) > 1 else None,
         stop_reason=decision.reason or ("end of data" if not decision.stop else ""),
+        model_flops_per_token=flops.model_flops_per_token,
+        peak_flops=peak,
+        mfu=flops.mfu(tokens_per_second_per_device=per_device, peak_flops=peak),
+        hfu=flops.hardware_flops_per_token * per_device / peak,
+        system=system,
         measured_dataset_tokens=dataset_tokens,
         measured_train_tokens=train_tokens,
         measured_samples=samples,
