@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from explorer.errors import SpecError
+from explorer.measurement import Measurement
 
 __all__ = ["main"]
 
@@ -33,6 +34,22 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-run RUNNING trials of explorer processes on other hosts (only if they are dead)",
     )
 
+    mea = sub.add_parser(
+        "measure",
+        help="benchmark one configuration outside any study (the same code path as a trial)",
+        description="Run one configuration of STUDY.yaml's workload and print every measured property. "
+        "With --repeats K, also the stability of the configuration (f_gpu_oom, f_other_error, "
+        "f_no_error) and the coefficient of variation of its throughput.",
+    )
+    mea.add_argument("study", metavar="STUDY.yaml")
+    mea.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="a configuration field (repeatable)"
+    )
+    mea.add_argument("--config", metavar="FILE", help="a YAML mapping of configuration fields")
+    mea.add_argument("--repeats", type=int, default=1, metavar="K")
+    mea.add_argument("--no-memory-cap", action="store_true", help="ignore the study's device_memory_gib")
+    mea.add_argument("--json", metavar="PATH", help="also write every measurement as JSON lines")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -47,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _optimize(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "measure":
+            return _measure(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -63,6 +82,61 @@ def _validate(args: argparse.Namespace) -> int:
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
     )
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from explorer.measure import config_from_cli, measure
+    from explorer.spec import load_study
+    from explorer.stability import summarize
+    from explorer.validity import invalid_reason
+
+    if args.repeats < 1:
+        raise SpecError(file="--repeats", field="", problem=f"{args.repeats} must be at least 1")
+    loaded = load_study(args.study)
+    config = config_from_cli(loaded, sets=args.set, config_file=args.config)
+    reason = invalid_reason(config, loaded.spec.resources)
+    if reason:
+        raise SpecError(file="--set", field="", problem=f"invalid configuration: {reason}")
+    print(f"measuring {config.key()} x{args.repeats}")
+    sink = open(args.json, "w") if args.json else None  # noqa: SIM115 - closed below
+
+    def show(i: int, m: Measurement) -> None:
+        print(
+            f"repeat {i + 1}: {m.outcome.value} ({m.wall_seconds:.1f} s){': ' + m.error if m.error else ''}"
+        )
+        if m.properties is not None and args.repeats == 1:
+            for key, value in m.properties.to_dict().items():
+                print(f"  {key:38} {value}")
+            for key in ("wrapper", "checkpointing", "fingerprint"):
+                print(f"  {key:38} {m.extra.get(key)}")
+        elif m.properties is not None:
+            p = m.properties
+            print(
+                f"  dataset_tokens_per_second_per_gpu {p.dataset_tokens_per_second_per_gpu:.1f}"
+                f"  steps {p.measured_steps}  rel_ci {p.step_time_rel_ci}  stop {p.stop_reason}"
+            )
+        if sink is not None:
+            sink.write(m.to_json() + "\n")
+            sink.flush()
+
+    try:
+        results = measure(
+            loaded,
+            config,
+            repeats=args.repeats,
+            memory_cap_gib=None if args.no_memory_cap else "study",
+            on_result=show,
+        )
+    finally:
+        if sink is not None:
+            sink.close()
+    if args.repeats > 1:
+        s = summarize(results)
+        print(
+            f"stability over {s.n}: f_gpu_oom {s.f_gpu_oom:.2f}  f_other_error {s.f_other_error:.2f}  "
+            f"f_no_error {s.f_no_error:.2f}  mean {s.mean:.1f} tok/s/gpu  CV {100 * s.cv:.1f}%"
+        )
     return 0
 
 

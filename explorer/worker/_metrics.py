@@ -75,8 +75,8 @@ class SystemSampler:
         }
         gpu: dict[str, list[float]] = {k: [] for k in GPU_KEYS}
         gpu["memory_used_percent"] = []
+        nvml: Any = self.nvml
         for h in self.handles:
-            nvml = self.nvml
             util = nvml.nvmlDeviceGetUtilizationRates(h)
             mem = nvml.nvmlDeviceGetMemoryInfo(h)
             watts = nvml.nvmlDeviceGetPowerUsage(h) / 1000.0

@@ -123,6 +123,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         model = build_model(
             job.workload.model, job.model_path, config, lora_r=c.lora_r, method=job.workload.method
         )
+        flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
         vocab = config.vocab_size
@@ -153,7 +154,6 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             cap.release()
             if sampler is not None:
                 sampler.stop()
-        flops = _flop_model(trainer.model, config, c)
         extra = {
             "wrapper": _describe_wrapper(trainer),
             "checkpointing": "on" if _checkpointing_active(trainer) else "off",
