@@ -1,0 +1,157 @@
+"""Issue 3's measurement figures on the quickstart model, through `explorer measure`'s code path.
+
+For 1 process, 2 processes with DDP and 2 with FSDP it measures:
+  * the steady-state rule, repeated (default 5): throughput, measured window, whole-trial wall time, CV;
+  * one long fixed run of `--long-factor` (default 5) times the steady runs' median step count;
+then the OOM trial's wall time against the median feasible trial, and the CPU memory cap on vs off.
+
+Every run is appended as a JSON line (the raw Measurement, step times included) to
+benchmarks/results/measurement_quality.jsonl; `--summarize` recomputes the table from that file alone.
+
+    .venv/bin/python benchmarks/measurement_quality.py            # about 20 minutes on 2 cores
+    .venv/bin/python benchmarks/measurement_quality.py --summarize
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from explorer.measure import measure, with_measurement
+from explorer.measurement import Measurement
+from explorer.spec import load_study
+from explorer.trial_config import TrialConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks" / "results" / "measurement_quality.jsonl"
+
+BASE = dict(gradient_checkpointing=False, model_max_length=128)
+CONFIGS = {
+    "1proc": TrialConfig(batch_size=16, number_gpus=1, distributed_backend="NONE", **BASE),
+    "2proc-ddp": TrialConfig(batch_size=16, number_gpus=2, distributed_backend="DDP", **BASE),
+    "2proc-fsdp": TrialConfig(
+        batch_size=16,
+        number_gpus=2,
+        distributed_backend="FSDP",
+        fsdp_version=1,
+        fsdp_sharding_strategy="FULL_SHARD",
+        **BASE,
+    ),
+}
+STEADY = dict(
+    stop="steady", warmup_steps=3, target_rel_ci=0.02, min_steps=10, max_steps=400, max_seconds=40.0
+)
+
+
+def _record(kind: str, name: str, m: Measurement) -> None:
+    with OUT.open("a") as fh:
+        fh.write(json.dumps({"kind": kind, "config": name, "measurement": json.loads(m.to_json())}) + "\n")
+
+
+def run(repeats: int, long_factor: int) -> None:
+    loaded = load_study(ROOT / "studies" / "quickstart.yaml")
+    steady = with_measurement(loaded, **STEADY)
+    for name, config in CONFIGS.items():
+        runs = measure(
+            steady, config, repeats=repeats, on_result=lambda i, m, n=name: _record("steady", n, m)
+        )
+        steps = statistics.median(m.properties.measured_steps for m in runs if m.properties)
+        long = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=int(long_factor * steps))
+        measure(long, config, repeats=1, on_result=lambda i, m, n=name: _record("long", n, m))
+    # OOM: the same 1-process configuration at a batch far beyond the 0.5 GiB cap
+    oom = TrialConfig(batch_size=512, number_gpus=1, distributed_backend="NONE", **BASE)
+    measure(steady, oom, repeats=3, on_result=lambda i, m: _record("oom", "1proc-bs512", m))
+    # The CPU memory cap must not change the throughput of a configuration that fits
+    fixed = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=150)
+    for _ in range(repeats):
+        for cap in ("study", None):
+            kind = "cap-on" if cap == "study" else "cap-off"
+            measure(
+                fixed,
+                CONFIGS["1proc"],
+                memory_cap_gib=cap,
+                on_result=lambda i, m, k=kind: _record(k, "1proc", m),
+            )
+
+
+def _cv(xs: list[float]) -> float:
+    return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
+
+
+def summarize() -> dict:
+    rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
+    out: dict = {}
+    feasible_walls = []
+    for name in CONFIGS:
+        steady = [r["measurement"] for r in rows if r["kind"] == "steady" and r["config"] == name]
+        long = [r["measurement"] for r in rows if r["kind"] == "long" and r["config"] == name]
+        if not steady or not long:
+            continue
+        tput = [m["properties"]["dataset_tokens_per_second_per_gpu"] for m in steady]
+        walls = [m["wall_seconds"] for m in steady]
+        windows = [m["properties"]["warmup_seconds"] + m["properties"]["measured_seconds"] for m in steady]
+        feasible_walls += walls
+        lp = long[0]["properties"]
+        long_tput = lp["dataset_tokens_per_second_per_gpu"]
+        out[name] = {
+            "steady_throughput_median": statistics.median(tput),
+            "steady_cv_over_repeats": _cv(tput),
+            "steady_steps_median": statistics.median(m["properties"]["measured_steps"] for m in steady),
+            "steady_stop_reasons": sorted({m["properties"]["stop_reason"] for m in steady}),
+            "steady_training_seconds_median": statistics.median(windows),
+            "steady_trial_wall_median": statistics.median(walls),
+            "long_throughput": long_tput,
+            "long_steps": lp["measured_steps"],
+            "long_training_seconds": lp["warmup_seconds"] + lp["measured_seconds"],
+            "long_trial_wall": long[0]["wall_seconds"],
+            "max_abs_error_vs_long": max(abs(t / long_tput - 1) for t in tput),
+            "median_error_vs_long": statistics.median(t / long_tput - 1 for t in tput),
+            "training_time_ratio": statistics.median(windows)
+            / (lp["warmup_seconds"] + lp["measured_seconds"]),
+            "trial_wall_ratio": statistics.median(walls) / long[0]["wall_seconds"],
+        }
+    oom = [r["measurement"] for r in rows if r["kind"] == "oom"]
+    if oom and feasible_walls:
+        out["oom"] = {
+            "outcomes": sorted({m["outcome"] for m in oom}),
+            "oom_wall_median": statistics.median(m["wall_seconds"] for m in oom),
+            "feasible_wall_median": statistics.median(feasible_walls),
+            "fraction": statistics.median(m["wall_seconds"] for m in oom) / statistics.median(feasible_walls),
+        }
+    for kind in ("cap-on", "cap-off"):
+        t = [
+            r["measurement"]["properties"]["dataset_tokens_per_second_per_gpu"]
+            for r in rows
+            if r["kind"] == kind
+        ]
+        if t:
+            out[kind] = {"n": len(t), "mean": statistics.mean(t), "cv": _cv(t), "values": t}
+    if "cap-on" in out and "cap-off" in out:
+        out["cap_effect"] = out["cap-on"]["mean"] / out["cap-off"]["mean"] - 1
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--long-factor", type=int, default=5)
+    parser.add_argument(
+        "--summarize", action="store_true", help="only recompute the summary from the JSON lines"
+    )
+    args = parser.parse_args()
+    if not args.summarize:
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.unlink(missing_ok=True)
+        run(args.repeats, args.long_factor)
+    summary = summarize()
+    (OUT.with_suffix(".summary.json")).write_text(json.dumps(summary, indent=2))
+    json.dump(summary, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

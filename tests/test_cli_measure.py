@@ -1,0 +1,63 @@
+"""`explorer measure` end to end: one configuration through Ray, every property printed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def test_measure_prints_every_property_and_stability(write_study, tmp_path):
+    study = write_study(
+        {"measurement": {"stop": "steady", "warmup_steps": 1, "min_steps": 3, "max_steps": 6}}
+    )
+    out = tmp_path / "runs.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "explorer",
+            "measure",
+            str(study),
+            "--set",
+            "batch_size=4",
+            "--set",
+            "number_gpus=1",
+        ]
+        + ["--repeats", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stability over 2: f_gpu_oom 0.00  f_other_error 0.00  f_no_error 1.00" in proc.stdout
+    runs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(runs) == 2 and all(r["outcome"] == "ok" for r in runs)
+    p = runs[0]["properties"]
+    assert 3 <= p["measured_steps"] <= 6 and p["stop_reason"] in ("stable", "max_steps")
+    assert p["system"]["cpu_compute_utilization"] > 0 and p["system"]["gpu_power_watts_avg"] == 0.0
+    assert 0 < p["mfu"] < 1
+    assert runs[0]["extra"]["fingerprint"]["torch"].startswith("2.")
+    assert len(runs[0]["extra"]["step_times"]) == p["measured_steps"]
+
+
+def test_measure_refuses_an_invalid_configuration(write_study):
+    study = write_study()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "explorer",
+            "measure",
+            str(study),
+            "--set",
+            "batch_size=3",
+            "--set",
+            "number_gpus=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "not divisible by number_gpus" in proc.stderr
