@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from explorer.spec import MeasurementSpec, ResourcesSpec, WorkloadSpec
+from explorer.spec import LoadedStudy, MeasurementSpec, ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 
 __all__ = ["TrialJob"]
@@ -24,6 +24,27 @@ class TrialJob:
     """Resolved local model directory or hub id (``None`` for an architecture)."""
     dataset_path: str | None = None
     """Resolved JSONL path (``None`` for synthetic data)."""
+
+    @classmethod
+    def for_study(
+        cls,
+        loaded: LoadedStudy,
+        config: TrialConfig,
+        *,
+        trial_number: int,
+        resources: ResourcesSpec | None = None,
+    ) -> TrialJob:
+        """The job that runs ``config`` on ``loaded``'s workload (optionally on other resources)."""
+        spec = loaded.spec
+        return cls(
+            trial_number=trial_number,
+            config=config,
+            workload=spec.workload,
+            measurement=spec.measurement,
+            resources=resources or spec.resources,
+            model_path=loaded.model_path,
+            dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
+        )
 
     def to_json(self) -> str:
         return json.dumps(

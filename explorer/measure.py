@@ -105,16 +105,7 @@ def measure(
     results: list[Measurement] = []
     try:
         for i in range(repeats):
-            job = TrialJob(
-                trial_number=i,
-                config=config,
-                workload=spec.workload,
-                measurement=spec.measurement,
-                resources=resources,
-                model_path=loaded.model_path,
-                dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
-            )
-            launcher.submit(job)
+            launcher.submit(TrialJob.for_study(loaded, config, trial_number=i, resources=resources))
             done: list[tuple[int, Measurement]] = []
             while not done:
                 done = launcher.wait(timeout_s=1.0)

@@ -106,14 +106,6 @@ def make_job(write_study):
         fields.update(config)
         if loaded.spec.workload.method.kind == "lora":
             fields.setdefault("lora_r", loaded.spec.workload.method.r)
-        return TrialJob(
-            trial_number=0,
-            config=TrialConfig(**fields),
-            workload=loaded.spec.workload,
-            measurement=loaded.spec.measurement,
-            resources=loaded.spec.resources,
-            model_path=loaded.model_path,
-            dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
-        )
+        return TrialJob.for_study(loaded, TrialConfig(**fields), trial_number=0)
 
     return _make

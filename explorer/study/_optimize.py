@@ -203,16 +203,7 @@ def optimize(
                 if not launcher_started:
                     launcher.start()
                     launcher_started = True
-                job = TrialJob(
-                    trial_number=queued.trial.number,
-                    config=queued.config,
-                    workload=spec.workload,
-                    measurement=spec.measurement,
-                    resources=spec.resources,
-                    model_path=loaded.model_path,
-                    dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
-                )
-                launcher.submit(job)
+                launcher.submit(TrialJob.for_study(loaded, queued.config, trial_number=queued.trial.number))
                 queued.started = time.monotonic()
                 in_flight[queued.trial.number] = queued
                 printer(f"        trial {queued.trial.number} started: {describe(queued.config)}")
