@@ -26,7 +26,7 @@ from explorer.spec import load_study
 from explorer.trial_config import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "benchmarks" / "results" / "measurement_quality.jsonl"
+RESULTS = ROOT / "benchmarks" / "results" / "measurement_quality.jsonl"
 
 BASE = dict(gradient_checkpointing=False, model_max_length=128)
 CONFIGS = {
@@ -47,7 +47,7 @@ STEADY = dict(
 
 
 def _record(kind: str, name: str, m: Measurement) -> None:
-    with OUT.open("a") as fh:
+    with RESULTS.open("a") as fh:
         fh.write(json.dumps({"kind": kind, "config": name, "measurement": json.loads(m.to_json())}) + "\n")
 
 
@@ -82,7 +82,7 @@ def _cv(xs: list[float]) -> float:
 
 
 def summarize() -> dict:
-    rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     out: dict = {}
     feasible_walls = []
     for name in CONFIGS:
@@ -141,13 +141,15 @@ def main() -> int:
     parser.add_argument(
         "--summarize", action="store_true", help="only recompute the summary from the JSON lines"
     )
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the JSON-lines file to write or read")
     args = parser.parse_args()
+    globals()["RESULTS"] = args.results
     if not args.summarize:
-        OUT.parent.mkdir(parents=True, exist_ok=True)
-        OUT.unlink(missing_ok=True)
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.unlink(missing_ok=True)
         run(args.repeats, args.long_factor)
     summary = summarize()
-    (OUT.with_suffix(".summary.json")).write_text(json.dumps(summary, indent=2))
+    (RESULTS.with_suffix(".summary.json")).write_text(json.dumps(summary, indent=2))
     json.dump(summary, sys.stdout, indent=2)
     print()
     return 0
