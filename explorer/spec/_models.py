@@ -154,9 +154,7 @@ class MeasurementSpec(_Spec):
     Stop rules:
 
     * ``steady`` (default): after ``warmup_steps``, stop once the 95% confidence interval of the
-      mean step time is within ``target_rel_ci`` of the mean, over at least ``min_steps`` steps,
-      and the two halves of the window agree within ``target_rel_ci`` (while they do not, the
-      first half is added to the warmup);
+      mean step time is within ``target_rel_ci`` of the mean, over at least ``min_steps`` steps;
       ``max_steps`` / ``max_seconds`` cap the measured window.
     * ``steps``: exactly ``measured_steps`` steps after warmup (the default when ``measured_steps``
       is given and ``stop`` is not).

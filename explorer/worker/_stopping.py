@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from explorer.spec import MeasurementSpec
 
-__all__ = ["Decision", "decide", "drifting", "relative_ci", "t_quantile_975"]
+__all__ = ["Decision", "decide", "relative_ci", "t_quantile_975"]
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 _T975 = (
@@ -32,25 +32,6 @@ def relative_ci(samples: list[float]) -> float:
     mean = sum(samples) / n
     var = sum((x - mean) ** 2 for x in samples) / (n - 1)
     return t_quantile_975(n - 1) * math.sqrt(var / n) / mean if mean > 0 else math.inf
-
-
-def drifting(samples: list[float], tolerance: float) -> bool:
-    """Whether the window's second half is faster or slower than its first: by more than
-    ``tolerance`` (relative) and by more than twice the standard error of the difference.
-
-    A CI on the mean assumes steps are exchangeable; a process that is still speeding up (or
-    slowing down) breaks that, and its early estimate would be off by the drift. The steady rule
-    then moves the window's start to its middle (the first half becomes warmup) and goes on.
-    """
-    half = len(samples) // 2
-    if half < 2:
-        return True
-    a, b = samples[:half], samples[half:]
-    first, second = sum(a) / len(a), sum(b) / len(b)
-    var_a = sum((x - first) ** 2 for x in a) / (len(a) - 1)
-    var_b = sum((x - second) ** 2 for x in b) / (len(b) - 1)
-    noise = 2.0 * math.sqrt(var_a / len(a) + var_b / len(b))  # a real shift, not step-to-step noise
-    return abs(second / first - 1.0) > tolerance and abs(second - first) > noise
 
 
 @dataclass(frozen=True)
@@ -88,22 +69,12 @@ def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decisio
     if rule == "seconds":
         done = ends[-1] - start >= (spec.stop_after_seconds or 0.0)
         return Decision(warmup=w, stop=done, reason="stop_after_seconds" if done else "")
-    all_durations = [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
-    # A window whose halves disagree is still warming up: its first half becomes warmup too.
-    while len(ends) - w >= 2 * spec.min_steps and drifting(all_durations[w:], spec.target_rel_ci):
-        w += (len(ends) - w) // 2
-    measured = len(ends) - w
-    durations = all_durations[w:]
-    if (
-        measured >= spec.min_steps
-        and relative_ci(durations) <= spec.target_rel_ci
-        and not drifting(durations, spec.target_rel_ci)
-    ):
+    begin = ends[w - 1] if w else start
+    durations = [b - a for a, b in zip([begin, *ends[w:-1]], ends[w:], strict=True)]
+    if measured >= spec.min_steps and relative_ci(durations) <= spec.target_rel_ci:
         return Decision(warmup=w, stop=True, reason="stable")
-    # The caps count from the configured warmup, however far the window has moved since.
-    w0 = spec.warmup_steps
-    if len(ends) - w0 >= spec.max_steps:
+    if measured >= spec.max_steps:
         return Decision(warmup=w, stop=True, reason="max_steps")
-    if ends[-1] - (ends[w0 - 1] if w0 else start) >= spec.max_seconds:
+    if ends[-1] - begin >= spec.max_seconds:
         return Decision(warmup=w, stop=True, reason="max_seconds")
     return Decision(warmup=w, stop=False)
