@@ -187,7 +187,12 @@ def _checkpointing_active(trainer: Any) -> bool:
         return True
     base = trainer.model
     base = base.get_base_model() if hasattr(base, "get_base_model") else base
-    return bool(getattr(base, "is_gradient_checkpointing", False))
+    flag = (
+        "is_activation_checkpointing"
+        if hasattr(base, "is_activation_checkpointing")
+        else "is_gradient_checkpointing"
+    )
+    return bool(getattr(base, flag, False))
 
 
 def _describe_wrapper(trainer: Any) -> str:
