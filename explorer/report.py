@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from explorer.study import OBJECTIVE, mask_url, open_study, status_of
+from explorer.study import OBJECTIVE, config_of, describe, mask_url, open_study, status_of
 
 if TYPE_CHECKING:
     import optuna
@@ -25,26 +26,9 @@ def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
 
 
-def _config_text(trial: optuna.trial.FrozenTrial) -> str:
-    a = trial.user_attrs
-    backend = a.get("distributed_backend", "?")
-    if backend == "FSDP":
-        backend = f"FSDP{a.get('fsdp_version')} {a.get('fsdp_sharding_strategy')}"
-    elif backend == "NONE":
-        backend = "single device"
-    ckpt = "on" if a.get("gradient_checkpointing") else "off"
-    text = (
-        f"batch_size={a.get('batch_size')} number_gpus={a.get('number_gpus')} {backend} "
-        f"gradient_checkpointing={ckpt} model_max_length={a.get('model_max_length')}"
-    )
-    if a.get("gradient_accumulation_steps", 1) != 1:
-        text += f" gradient_accumulation_steps={a.get('gradient_accumulation_steps')}"
-    if a.get("lora_r") is not None:
-        text += f" lora_r={a.get('lora_r')}"
-    return text
-
-
-def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) -> None:
+def print_summary(
+    loaded: LoadedStudy, result: OptimizeResult, printer: Callable[[str], None] = print
+) -> None:
     study = open_study(loaded, create=False)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
     printer("")
@@ -55,11 +39,12 @@ def print_summary(loaded: LoadedStudy, result: OptimizeResult, printer=print) ->
     if ranking:
         best = ranking[0]
         printer(f"best: trial {best.number}: {best.value:.1f} {OBJECTIVE}")
-        printer(f"      {_config_text(best)}")
+        config = config_of(best)
+        printer("      " + " ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None))
         printer(f"      peak memory {best.user_attrs.get('peak_memory_gib', float('nan')):.2f} GiB")
         printer("top 5:")
         for t in ranking[:5]:
-            printer(f"  trial {t.number:<4} {t.value:>12.1f}  {_config_text(t)}")
+            printer(f"  trial {t.number:<4} {t.value:>12.1f}  {describe(config_of(t))}")
     else:
         printer("no feasible configuration yet")
     url = mask_url(loaded.storage_url)

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from explorer.spec import load_study
-from explorer.study import counted_trials, open_study, optimize, status_of
+from explorer.study import config_of, counted_trials, open_study, optimize, status_of
 from explorer.trial_config import TrialConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -86,6 +86,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert oom.value == 0.0
 
     ok = trials[fsdp.key()]
+    assert config_of(ok) == fsdp
     assert status_of(ok) == "ok" and ok.constraints == {"infeasible": 0.0}
     assert ok.value == pytest.approx(ok.user_attrs["dataset_tokens_per_second_per_gpu"]) and ok.value > 0
     assert ok.user_attrs["wrapper"] == "FullyShardedDataParallel:FULL_SHARD"
@@ -182,6 +183,11 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "re-enqueued interrupted trial" in rerun.stdout
+    assert (
+        "best: trial" in rerun.stdout
+        and "top 5:" in rerun.stdout
+        and "optuna-dashboard sqlite:///" in rerun.stdout
+    )
     study = open_study(loaded, create=False)
     trials = study.get_trials()
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]

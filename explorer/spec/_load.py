@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from explorer.errors import SpecError
 from explorer.spec._models import StudySpec
+
+if TYPE_CHECKING:
+    from explorer.space import SearchSpace
 
 __all__ = ["LoadedStudy", "load_study", "read_yaml"]
 
@@ -91,7 +94,7 @@ class LoadedStudy:
     """A validated study: the typed spec, its search space, and resolved locations."""
 
     spec: StudySpec
-    space: Any  # explorer.space.SearchSpace (kept Any to avoid an import cycle in type hints)
+    space: SearchSpace
     file: Path
     """The study file."""
     storage_url: str

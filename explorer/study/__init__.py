@@ -1,7 +1,14 @@
 """The persistent Optuna study: storage, sampler, recording outcomes, resume, and the optimize loop."""
 
 from explorer.study._optimize import OptimizeResult, describe, open_study, optimize
-from explorer.study._record import COUNTED, OBJECTIVE, counted_trials, record_outcome, status_of
+from explorer.study._record import (
+    COUNTED,
+    OBJECTIVE,
+    config_of,
+    counted_trials,
+    record_outcome,
+    status_of,
+)
 from explorer.study._recover import reclaim_interrupted
 from explorer.study._storage import mask_url, open_storage
 
@@ -9,6 +16,7 @@ __all__ = [
     "COUNTED",
     "OBJECTIVE",
     "OptimizeResult",
+    "config_of",
     "counted_trials",
     "describe",
     "mask_url",

@@ -27,6 +27,7 @@ __all__ = [
     "COUNTED",
     "INFEASIBLE_PLACEHOLDER",
     "OBJECTIVE",
+    "config_of",
     "counted_trials",
     "counts",
     "frozen",
@@ -79,6 +80,14 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
         trial.set_constraint(key, value)
     study.tell(trial, source.value)
     return str(status_of(source))
+
+
+def config_of(trial: optuna.trial.FrozenTrial) -> TrialConfig:
+    """The configuration a trial ran (from the user_attrs :func:`record_driver` wrote)."""
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(TrialConfig)]
+    return TrialConfig.from_dict({n: trial.user_attrs[n] for n in names if n in trial.user_attrs})
 
 
 def record_driver(trial: optuna.Trial, config: TrialConfig, attempt: int) -> None:
