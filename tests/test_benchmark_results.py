@@ -1,0 +1,45 @@
+"""The committed benchmark figures are recomputable from the committed raw runs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "measurement_quality", ROOT / "benchmarks" / "measurement_quality.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("name", ["measurement_quality", "measurement_quality.drift-shift-partial"])
+def test_summary_recomputes_from_raw_runs(name, monkeypatch):
+    bench = _bench()
+    monkeypatch.setattr(bench, "RESULTS", RESULTS / f"{name}.jsonl")
+    committed = json.loads((RESULTS / f"{name}.summary.json").read_text())
+    assert json.loads(json.dumps(bench.summarize())) == committed
+
+
+def test_each_raw_throughput_is_tokens_over_time():
+    for line in (RESULTS / "measurement_quality.jsonl").read_text().splitlines():
+        run = json.loads(line)
+        p = run["measurement"]["properties"]
+        if p is None:
+            assert run["measurement"]["outcome"] == "oom"
+            continue
+        gpus = 2 if run["config"].startswith("2proc") else 1
+        assert p["dataset_tokens_per_second_per_gpu"] == pytest.approx(
+            p["measured_dataset_tokens"] / p["measured_seconds"] / gpus, rel=1e-9
+        )
+        assert sum(run["measurement"]["extra"]["step_times"]) == pytest.approx(
+            p["measured_seconds"], rel=1e-4
+        )
