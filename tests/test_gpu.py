@@ -1,0 +1,63 @@
+"""GPU integration suite: the CUDA path of the same functions. Never run in this project's CI.
+
+Run on a machine with NVIDIA GPUs (a CUDA build of torch and nvidia-ml-py installed):
+
+    pytest -m gpu
+
+Selecting these tests on a machine without CUDA fails them on purpose: they are deselected by the
+default ``-m 'not slow and not gpu'``, never skipped.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from explorer.launch import run_trial
+from explorer.measurement import Outcome
+
+pytestmark = pytest.mark.gpu
+
+CUDA = {"resources": {"device": "cuda", "gpu_model": "gpu", "device_memory_gib": None}}
+
+
+@pytest.fixture(autouse=True)
+def _needs_cuda():
+    assert torch.cuda.is_available(), "pytest -m gpu needs a CUDA device"
+
+
+@pytest.mark.parametrize(
+    "parallel",
+    [
+        dict(distributed_backend="DDP"),
+        dict(distributed_backend="FSDP", fsdp_version=1, fsdp_sharding_strategy="SHARD_GRAD_OP"),
+        dict(distributed_backend="FSDP", fsdp_version=2, fsdp_sharding_strategy="FULL_SHARD"),
+    ],
+)
+def test_cuda_trial(parallel, make_job, tmp_path):
+    gpus = min(2, torch.cuda.device_count())
+    config = parallel if gpus > 1 else dict(distributed_backend="NONE")
+    job = make_job(
+        CUDA | {"resources": CUDA["resources"] | {"gpus_per_node": gpus}},
+        batch_size=8,
+        number_gpus=gpus,
+        **config,
+    )
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=600)
+    assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
+    p = m.properties
+    assert p is not None and p.device == "cuda" and p.peak_memory_allocated_gib > 0
+    assert p.system["gpu_power_watts_avg"] > 0  # NVML really read
+    assert 0 < p.mfu < 1
+    assert m.extra["fingerprint"]["gpu_count"] >= 1
+
+
+def test_cuda_oom_under_the_memory_cap(make_job, tmp_path):
+    job = make_job(
+        {"resources": CUDA["resources"] | {"gpus_per_node": 1, "device_memory_gib": 0.05}},
+        batch_size=512,
+        number_gpus=1,
+        distributed_backend="NONE",
+    )
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=600)
+    assert m.outcome is Outcome.OOM, m.error
