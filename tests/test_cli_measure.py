@@ -7,26 +7,27 @@ import subprocess
 import sys
 
 
+def _measure(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "explorer", "measure", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
 def test_measure_prints_every_property_and_stability(write_study, tmp_path):
     study = write_study(
         {"measurement": {"stop": "steady", "warmup_steps": 1, "min_steps": 3, "max_steps": 6}}
     )
     out = tmp_path / "runs.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "explorer",
-            "measure",
-            str(study),
-            "--set",
-            "batch_size=4",
-            "--set",
-            "number_gpus=1",
-        ]
-        + ["--repeats", "2", "--json", str(out)],
-        capture_output=True,
-        text=True,
+    proc = _measure(
+        str(study),
+        "--set",
+        "batch_size=4",
+        "--set",
+        "number_gpus=1",
+        "--repeats",
+        "2",
+        "--json",
+        str(out),
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -43,21 +44,6 @@ def test_measure_prints_every_property_and_stability(write_study, tmp_path):
 
 def test_measure_refuses_an_invalid_configuration(write_study):
     study = write_study()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "explorer",
-            "measure",
-            str(study),
-            "--set",
-            "batch_size=3",
-            "--set",
-            "number_gpus=2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _measure(str(study), "--set", "batch_size=3", "--set", "number_gpus=2", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "not divisible by number_gpus" in proc.stderr

@@ -53,7 +53,6 @@ class _InFlight:
     trial: optuna.Trial
     config: TrialConfig
     attempt: int
-    started: float
 
 
 def describe(config: TrialConfig) -> str:
@@ -198,13 +197,12 @@ def optimize(
                         _line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best)
                     )
                     continue
-                queued = _InFlight(trial, config, attempt, time.monotonic())
+                queued = _InFlight(trial, config, attempt)
             if queued is not None and launcher.fits(queued.config.number_gpus):
                 if not launcher_started:
                     launcher.start()
                     launcher_started = True
                 launcher.submit(TrialJob.for_study(loaded, queued.config, trial_number=queued.trial.number))
-                queued.started = time.monotonic()
                 in_flight[queued.trial.number] = queued
                 printer(f"        trial {queued.trial.number} started: {describe(queued.config)}")
                 queued = None
