@@ -93,14 +93,7 @@ def measure(
     resources = spec.resources
     if memory_cap_gib != "study":
         resources = resources.model_copy(update={"device_memory_gib": memory_cap_gib})
-    launcher = RayLauncher(
-        total_gpus=resources.total_gpus,
-        gpu_model=resources.gpu_model,
-        address=spec.launcher.address,
-        runner=spec.launcher.runner,
-        timeout_s=spec.measurement.trial_timeout_s,
-        output_dir=loaded.output_dir / "measure",
-    )
+    launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir / "measure", resources=resources)
     launcher.start()
     results: list[Measurement] = []
     try:

@@ -6,9 +6,11 @@ with its resharding) and whether activation checkpointing was really applied.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-from explorer.launch import run_trial
+from explorer.launch import run_trial, zygote_environment
 from explorer.measurement import Outcome
 
 CASES = [
@@ -61,12 +63,19 @@ def _id(case) -> str:
     ) + ("-ckpt" if c.get("gradient_checkpointing") else "")
 
 
+@pytest.fixture(params=["warm", "cold"])
+def start(request) -> dict:
+    """Run each case both ways: ranks forked from the zygote, and fresh interpreters under torchrun."""
+    return {"warm_start": request.param == "warm"}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[_id(c) for c in CASES])
-def test_backend_really_runs(case, make_job, tmp_path):
+def test_backend_really_runs(case, start, make_job, tmp_path):
     config, wrapper = case
     job = make_job(batch_size=4, **config)
-    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240)
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240, **start)
     assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
+    assert m.extra["start"] == ("warm" if start["warm_start"] else "cold")
     assert m.extra["wrapper"] == wrapper
     assert m.extra["checkpointing"] == ("on" if config.get("gradient_checkpointing") else "off")
     p = m.properties
@@ -100,32 +109,45 @@ def test_lora_through_peft(backend, make_job, tmp_path):
     assert m.extra["trainable_parameters"] < m.extra["total_parameters"] / 10
 
 
-def test_forced_oom_is_classified_and_fails_fast(make_job, tmp_path):
+def test_forced_oom_is_classified_and_fails_fast(start, make_job, tmp_path):
     """A batch far beyond the 0.5 GiB cap fails in its first step with a real allocation failure."""
     job = make_job(batch_size=512, number_gpus=2, distributed_backend="DDP")
-    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240)
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240, **start)
     assert m.outcome is Outcome.OOM
     assert "can't allocate memory" in (m.error or "")
     assert m.properties is None and m.is_valid == 0
 
 
-def test_crash_is_failed_not_oom(make_job, tmp_path):
+def test_crash_is_failed_not_oom(start, make_job, tmp_path):
     """Any other error (here: an optimizer name HF does not know) is FAILED with the error text."""
-    job = make_job(batch_size=4, number_gpus=1, distributed_backend="NONE", optim="no_such_optimizer")
-    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240)
+    job = make_job(batch_size=4, number_gpus=2, distributed_backend="DDP", optim="no_such_optimizer")
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=240, **start)
     assert m.outcome is Outcome.FAILED
     assert "no_such_optimizer" in (m.error or "")
 
 
-def test_timeout_kills_the_whole_process_group(make_job, tmp_path):
+def test_timeout_kills_the_whole_process_group(start, make_job, tmp_path):
     import psutil
 
-    job = make_job(batch_size=4, number_gpus=2, distributed_backend="DDP")
+    from explorer.launch._warm import ensure_zygote
+
+    job = make_job(  # a trial that would train for 2 minutes (a warm start is done within 3 s otherwise)
+        {"measurement": {"stop": "seconds", "stop_after_seconds": 120, "trial_timeout_s": 240}},
+        batch_size=4,
+        number_gpus=2,
+        distributed_backend="DDP",
+    )
+    # the zygote itself outlives trials; every rank (its children, or torchrun's) must not
+    sock = (
+        ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=2))
+        if start["warm_start"]
+        else None
+    )
     before = {p.pid for p in psutil.process_iter()}
-    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=3)
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=3, zygote=sock, **start)
     assert m.outcome is Outcome.FAILED and "timed out" in (m.error or "")
     leftovers = [
-        p
+        p.info
         for p in psutil.process_iter(["pid", "cmdline"])
         if p.pid not in before and "explorer.worker" in " ".join(p.info["cmdline"] or [])
     ]

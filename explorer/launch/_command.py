@@ -8,7 +8,14 @@ import sys
 
 from explorer.job import TrialJob
 
-__all__ = ["free_port", "trial_command", "trial_environment"]
+__all__ = [
+    "free_port",
+    "rank_environments",
+    "trial_command",
+    "trial_environment",
+    "worker_argv",
+    "zygote_environment",
+]
 
 # Only these variables reach the training processes (plus their prefixes below).
 _PASS_THROUGH = (
@@ -42,9 +49,41 @@ def free_port() -> int:
 
 def trial_environment(job: TrialJob, *, cpu_count: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """A minimal environment for the training processes of ``job``."""
+    per_process = job.resources.cpus_per_trial_process or max(1, cpu_count // job.config.number_gpus)
+    return _environment(per_process, base)
+
+
+def zygote_environment(*, cpu_count: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The warm-start zygote's environment: a trial's, with every core (ranks set their own threads)."""
+    return _environment(cpu_count, base)
+
+
+def rank_environments(env: dict[str, str], *, world_size: int, port: int) -> list[dict[str, str]]:
+    """What torchrun gives each rank of a one-node job (rank 0 hosts the rendezvous store)."""
+    if world_size == 1:
+        return [dict(env)]
+    common = dict(
+        WORLD_SIZE=str(world_size),
+        LOCAL_WORLD_SIZE=str(world_size),
+        GROUP_RANK="0",
+        GROUP_WORLD_SIZE="1",
+        ROLE_NAME="default",
+        ROLE_WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHELASTIC_USE_AGENT_STORE="False",
+        TORCHELASTIC_RESTART_COUNT="0",
+        TORCHELASTIC_MAX_RESTARTS="0",
+    )
+    return [
+        {**env, **common, "RANK": str(r), "LOCAL_RANK": str(r), "ROLE_RANK": str(r)}
+        for r in range(world_size)
+    ]
+
+
+def _environment(per_process: int, base: dict[str, str] | None) -> dict[str, str]:
     src = os.environ if base is None else base
     env = {k: v for k, v in src.items() if k in _PASS_THROUGH or k.startswith(_PASS_PREFIXES)}
-    per_process = job.resources.cpus_per_trial_process or max(1, cpu_count // job.config.number_gpus)
     env.update(
         OMP_NUM_THREADS=str(per_process),
         MKL_NUM_THREADS=str(per_process),
@@ -56,9 +95,14 @@ def trial_environment(job: TrialJob, *, cpu_count: int, base: dict[str, str] | N
     return env
 
 
+def worker_argv(job: TrialJob, *, out_dir: str) -> list[str]:
+    """The arguments of ``python -m explorer.worker`` for one rank of ``job``."""
+    return ["--job", job.to_json(), "--out", out_dir]
+
+
 def trial_command(job: TrialJob, *, runner: str, out_dir: str, port: int) -> list[str]:
     """``python -m explorer.worker`` for one GPU, else under torchrun or accelerate launch."""
-    worker = ["-m", "explorer.worker", "--job", job.to_json(), "--out", out_dir]
+    worker = ["-m", "explorer.worker", *worker_argv(job, out_dir=out_dir)]
     n = job.config.number_gpus
     if n == 1 and job.config.number_nodes == 1:
         return [sys.executable, *worker]

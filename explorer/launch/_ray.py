@@ -8,28 +8,44 @@ joins an existing cluster instead.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
+from explorer.spec import ResourcesSpec, StudySpec
 
-__all__ = ["RayLauncher", "TrialActor"]
+__all__ = ["RayLauncher", "TrialActor", "ZygoteHost"]
 
 
 class TrialActor:
     """Runs one trial on the node Ray placed it on (the actor holds the trial's GPUs)."""
 
-    def run(self, job_json: str, work_dir: str, runner: str, timeout_s: float) -> Measurement:
-        from explorer.launch._run import run_trial
-
-        measurement = run_trial(
-            TrialJob.from_json(job_json), work_dir=Path(work_dir), runner=runner, timeout_s=timeout_s
-        )
+    def run(
+        self,
+        job_json: str,
+        work_dir: str,
+        runner: str,
+        timeout_s: float,
+        zygote_prefix: str | None,
+    ) -> Measurement:
         import ray
 
+        from explorer.launch._run import run_trial
+
         node = ray.get_runtime_context().get_node_id()
+        zygote = _node_zygote(zygote_prefix, node) if zygote_prefix else None
+        measurement = run_trial(
+            TrialJob.from_json(job_json),
+            work_dir=Path(work_dir),
+            runner=runner,
+            timeout_s=timeout_s,
+            warm_start=zygote is not None,
+            zygote=zygote,
+        )
+
         gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         return Measurement(
             outcome=measurement.outcome,
@@ -39,6 +55,37 @@ class TrialActor:
             log_tail=measurement.log_tail,
             extra={**measurement.extra, "ray_node": node, "cuda_visible_devices": gpus},
         )
+
+
+class ZygoteHost:
+    """Owns one node's warm-start zygote (a Ray actor per node, created by the driver).
+
+    The zygote is this actor's child, so it dies with the actor, and the actor with the driver.
+    It cannot belong to a trial's actor: Ray kills an actor's child processes when it exits.
+    """
+
+    def socket(self) -> str:
+        from explorer.launch._command import zygote_environment
+        from explorer.launch._warm import ensure_zygote
+
+        sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
+        return str(sock)
+
+
+def _zygote_name(prefix: str, node_id: str) -> str:
+    return f"{prefix}-{node_id[:16]}"
+
+
+def _node_zygote(prefix: str, node_id: str) -> Path | None:
+    """The socket of this node's zygote, or ``None`` (no host here: the trial starts cold)."""
+    import ray
+
+    try:
+        host = ray.get_actor(_zygote_name(prefix, node_id))
+    except ValueError:
+        return None
+    sock: Any = ray.get(host.socket.remote())
+    return Path(str(sock))
 
 
 @dataclass
@@ -61,22 +108,44 @@ class RayLauncher:
         runner: str,
         timeout_s: float,
         output_dir: Path,
+        warm_start: bool = True,
     ) -> None:
         self.total_gpus = total_gpus
         self.gpu_model = gpu_model
         self.address = address or os.environ.get("RAY_ADDRESS")
         self.runner = runner
+        self.warm_start = warm_start
         self.timeout_s = timeout_s
         self.output_dir = output_dir
         self._running: dict[Any, _Running] = {}
         self._started_ray = False
+        self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
+        self._zygote_hosts: list[Any] = []
+
+    @classmethod
+    def for_study(
+        cls, spec: StudySpec, *, output_dir: Path, resources: ResourcesSpec | None = None
+    ) -> RayLauncher:
+        """The launcher a study file asks for (``resources`` overrides the study's)."""
+        resources = resources or spec.resources
+        return cls(
+            total_gpus=resources.total_gpus,
+            gpu_model=resources.gpu_model,
+            address=spec.launcher.address,
+            runner=spec.launcher.runner,
+            timeout_s=spec.measurement.trial_timeout_s,
+            output_dir=output_dir,
+            warm_start=spec.launcher.warm_start,
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def start(self) -> None:
         import ray
 
-        if ray.is_initialized():
+        if ray.is_initialized():  # someone else's Ray (a test, a notebook): use it as it is
+            if self.warm_start and not self._zygote_hosts:
+                self._start_zygote_hosts()
             return
         common: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         if self.address:
@@ -89,6 +158,25 @@ class RayLauncher:
                 **common,
             )
         self._started_ray = True
+        if self.warm_start:
+            self._start_zygote_hosts()
+
+    def _start_zygote_hosts(self) -> None:
+        """One :class:`ZygoteHost` per node with GPUs; each starts importing torch right away."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        host_cls = ray.remote(ZygoteHost)
+        for node in ray.nodes():
+            if not node.get("Alive") or not node.get("Resources", {}).get("GPU"):
+                continue
+            host = host_cls.options(
+                name=_zygote_name(self._zygote_prefix, node["NodeID"]),
+                num_cpus=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            ).remote()
+            host.socket.remote()  # type: ignore[attr-defined]  # warm up now, while the first trial is being asked for
+            self._zygote_hosts.append(host)
 
     def shutdown(self) -> None:
         import ray
@@ -96,6 +184,9 @@ class RayLauncher:
         for running in list(self._running.values()):
             ray.kill(running.actor, no_restart=True)
         self._running.clear()
+        for host in self._zygote_hosts:
+            ray.kill(host, no_restart=True)
+        self._zygote_hosts.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
 
@@ -127,7 +218,8 @@ class RayLauncher:
         ).remote()
         work_dir = self.output_dir / f"trial-{job.trial_number:05d}"
         run: Any = actor.run
-        ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s)
+        zygotes = self._zygote_prefix if self.warm_start else None
+        ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s, zygotes)
         self._running[ref] = _Running(job.trial_number, n, actor, ref)
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:

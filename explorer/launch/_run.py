@@ -15,7 +15,14 @@ import uuid
 from pathlib import Path
 
 from explorer.job import TrialJob
-from explorer.launch._command import free_port, trial_command, trial_environment
+from explorer.launch._command import (
+    free_port,
+    rank_environments,
+    trial_command,
+    trial_environment,
+    worker_argv,
+    zygote_environment,
+)
 from explorer.measurement import Measurement, Outcome
 from explorer.oom import mentions_oom
 
@@ -26,22 +33,59 @@ TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
 OWNER_VAR = "EXPLORER_OWNER_PID"
 
 
-def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeout_s: float) -> Measurement:
-    """Start the trial's processes in their own session, wait, and collect the outcome.
+def run_trial(
+    job: TrialJob,
+    *,
+    work_dir: Path,
+    runner: str = "torchrun",
+    timeout_s: float,
+    warm_start: bool = False,
+    zygote: Path | None = None,
+) -> Measurement:
+    """Start the trial's processes in their own sessions, wait, and collect the outcome.
 
-    On timeout the whole process group is killed (SIGKILL), so nothing is left behind.
+    With ``warm_start`` (and one node, and torchrun or a single process), the ranks are forked
+    from this node's zygote (``zygote``: its socket; ``None``: one owned by this process), which
+    has already imported torch and transformers; otherwise they
+    start as fresh interpreters under python, torchrun or accelerate launch. Either way, on
+    timeout every process of the trial is killed (SIGKILL), so nothing is left behind.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*work_dir.glob("error-rank*.json"), work_dir / "result.json"]:
         stale.unlink(missing_ok=True)
     log_path = work_dir / "train.log"
-    cmd = trial_command(job, runner=runner, out_dir=str(work_dir), port=free_port())
+    log_path.write_bytes(b"")
     env = trial_environment(job, cpu_count=os.cpu_count() or 1)
-    token = uuid.uuid4().hex
-    env[TOKEN_VAR] = token  # finds the ranks even after torchrun, which gives each its own session, died
     env[OWNER_VAR] = str(os.getpid())  # ranks exit when this process (the Ray actor) is gone
+    n = job.config.number_gpus
+    warm = warm_start and job.config.number_nodes == 1 and (n == 1 or runner == "torchrun")
     started = time.perf_counter()
-    with log_path.open("wb") as log:
+    if warm:
+        returncode, timed_out = _run_warm(job, work_dir, log_path, env, timeout_s, zygote)
+    else:
+        returncode, timed_out = _run_cold(job, work_dir, log_path, env, runner, timeout_s)
+    wall = time.perf_counter() - started
+    measurement = collect(
+        work_dir,
+        returncode=returncode,
+        timed_out=timeout_s if timed_out else None,
+        wall_seconds=wall,
+        log_tail=_tail(log_path),
+    )
+    measurement.extra["start"] = "warm" if warm else "cold"
+    return measurement
+
+
+def _run_cold(
+    job: TrialJob, work_dir: Path, log_path: Path, env: dict[str, str], runner: str, timeout_s: float
+) -> tuple[int, bool]:
+    cmd = trial_command(job, runner=runner, out_dir=str(work_dir), port=free_port())
+    token = uuid.uuid4().hex
+    env = {
+        **env,
+        TOKEN_VAR: token,
+    }  # finds the ranks even after torchrun, which gives each its own session, died
+    with log_path.open("ab") as log:
         proc = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=work_dir
         )
@@ -53,14 +97,30 @@ def run_trial(job: TrialJob, *, work_dir: Path, runner: str = "torchrun", timeou
         finally:
             _kill_tree(proc.pid, token)
             proc.wait()
-    wall = time.perf_counter() - started
-    return collect(
-        work_dir,
-        returncode=proc.returncode,
-        timed_out=timeout_s if timed_out else None,
-        wall_seconds=wall,
-        log_tail=_tail(log_path),
+    return proc.returncode, timed_out
+
+
+def _run_warm(
+    job: TrialJob,
+    work_dir: Path,
+    log_path: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    zygote: Path | None,
+) -> tuple[int, bool]:
+    from explorer.launch._warm import ensure_zygote, kill_ranks, spawn_rank, wait_ranks
+
+    sock = zygote or ensure_zygote(
+        owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1)
     )
+    argv = worker_argv(job, out_dir=str(work_dir))
+    ranks = []
+    try:
+        for rank_env in rank_environments(env, world_size=job.config.number_gpus, port=free_port()):
+            ranks.append(spawn_rank(sock, argv=argv, env=rank_env, cwd=work_dir, log=log_path))
+        return wait_ranks(ranks, timeout_s=timeout_s)
+    finally:
+        kill_ranks(ranks)
 
 
 def _kill_tree(pid: int, token: str) -> None:

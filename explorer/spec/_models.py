@@ -240,6 +240,10 @@ class LauncherSpec(_Spec):
     """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
     runner: Literal["torchrun", "accelerate"] = "torchrun"
     """How the processes of one trial are started. Both give one process per GPU."""
+    warm_start: bool = True
+    """Fork each rank from a per-node process that has already imported torch and transformers
+    (saves about 4-5 s per trial on a CPU, so an OOM is found in about a second). Used with one
+    node and the torchrun runner (or one process); ``false`` starts fresh interpreters."""
     max_retries: NonNegativeInt = 1
     """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
 

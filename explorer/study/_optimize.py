@@ -138,14 +138,7 @@ def optimize(
     printer(f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done")
     owns_launcher = launcher is None
     if launcher is None:
-        launcher = RayLauncher(
-            total_gpus=spec.resources.total_gpus,
-            gpu_model=spec.resources.gpu_model,
-            address=spec.launcher.address,
-            runner=spec.launcher.runner,
-            timeout_s=spec.measurement.trial_timeout_s,
-            output_dir=loaded.output_dir,
-        )
+        launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir)
     in_flight: dict[int, _InFlight] = {}
     queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
     best: tuple[float, int] | None = _best(study)

@@ -1,0 +1,200 @@
+"""A warm process that has imported torch and transformers, and forks the ranks of trials.
+
+Starting a rank from a fresh interpreter costs about 4-5 s of imports on a CPU (torch,
+transformers, accelerate, the Trainer) before the first step; an out-of-memory configuration
+then costs a large part of a feasible trial. The zygote pays the imports once per node and
+forks each rank from there, so a rank reaches its first full-size step in well under a second.
+
+Protocol (one Unix-socket connection per rank, JSON lines):
+
+* the client sends ``{"argv": [...], "env": {...}, "cwd": DIR, "log": FILE}``;
+* the zygote forks; the child starts a session of its own, takes exactly ``env`` as its
+  environment, appends stdout and stderr to ``log`` and runs ``explorer.worker`` with ``argv``;
+* the zygote answers ``{"pid": PID}`` at once and ``{"rc": CODE}`` when the child ends
+  (``-N``: killed by signal N);
+* when the client's connection closes first (the Ray actor died), the child's process group
+  is killed.
+
+The zygote never touches CUDA, so each child initialises CUDA itself with its own
+``CUDA_VISIBLE_DEVICES``. It exits when its owner process is gone, or after ``idle_exit_s``
+without a rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["READY_LINE", "preload", "serve"]
+
+READY_LINE = "explorer-zygote ready"
+
+
+def preload() -> None:
+    """Import what every rank needs, without running any torch op (no thread pools, no CUDA)."""
+    import accelerate  # noqa: F401
+    import torch  # noqa: F401
+    import torch.distributed  # noqa: F401
+    import transformers  # noqa: F401
+    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments  # noqa: F401
+
+    import explorer.worker._train  # noqa: F401
+
+    with contextlib.suppress(ImportError):
+        import peft  # noqa: F401
+
+
+def _run_child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
+    """In the forked child: become the rank described by ``request``; never returns."""
+    code = 1
+    try:
+        listener.close()
+        conn.close()
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        fd = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        import torch
+
+        threads = int(request["env"].get("OMP_NUM_THREADS", "0") or 0)
+        if threads > 0:  # OpenMP read OMP_NUM_THREADS when the zygote loaded it, not now
+            torch.set_num_threads(threads)
+        from explorer.worker._train import main
+
+        sys.argv = ["python -m explorer.worker", *request["argv"]]
+        code = main(list(request["argv"]))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _owner_alive(owner: int | None) -> bool:
+    if owner is None:
+        return True
+    try:
+        os.kill(owner, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _read_request(conn: socket.socket) -> dict:
+    conn.settimeout(10.0)
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ValueError("connection closed before a full request")
+        data += chunk
+    conn.settimeout(None)
+    request = json.loads(data)
+    if not isinstance(request, dict):
+        raise ValueError("request is not an object")
+    return request
+
+
+def _send(conn: socket.socket, message: dict) -> None:
+    with contextlib.suppress(OSError):
+        conn.sendall((json.dumps(message) + "\n").encode())
+
+
+def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
+    """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle."""
+    preload()
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() when a rank ends
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    tmp = sock_path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    listener.bind(str(tmp))
+    listener.listen(64)
+    os.replace(tmp, sock_path)  # clients connect only once the zygote is ready
+    inode = os.stat(sock_path).st_ino
+    print(READY_LINE, flush=True)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ, None)
+    children: dict[int, socket.socket] = {}
+    idle_since = time.monotonic()
+    try:
+        while _owner_alive(owner) and (children or time.monotonic() - idle_since < idle_exit_s):
+            for key, _ in selector.select(timeout=0.5):
+                if key.data is None:
+                    conn, _ = listener.accept()
+                    try:
+                        request = _read_request(conn)
+                    except (OSError, ValueError):
+                        conn.close()
+                        continue
+                    pid = os.fork()
+                    if pid == 0:
+                        _run_child(request, listener, conn)
+                    children[pid] = conn
+                    _send(conn, {"pid": pid})
+                    selector.register(conn, selectors.EVENT_READ, pid)
+                else:  # the client hung up (or sent something): its rank must not outlive it
+                    pid = key.data
+                    with contextlib.suppress(OSError):
+                        if key.fileobj.recv(1) == b"":  # type: ignore[union-attr]
+                            with contextlib.suppress(ProcessLookupError, PermissionError):
+                                os.killpg(pid, signal.SIGKILL)
+            _reap(children, selector)
+            if children:
+                idle_since = time.monotonic()
+    finally:
+        for pid in list(children):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            if os.stat(sock_path).st_ino == inode:  # not a successor's socket
+                sock_path.unlink()
+    return 0
+
+
+def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        _send(conn, {"rc": code})
+        selector.unregister(conn)
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m explorer.worker.zygote")
+    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--owner", type=int, default=None, help="exit when this pid is gone")
+    parser.add_argument("--idle-exit", type=float, default=300.0, help="seconds without a rank")
+    ns = parser.parse_args(argv)
+    return serve(ns.socket, owner=ns.owner, idle_exit_s=ns.idle_exit)
