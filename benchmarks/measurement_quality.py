@@ -15,14 +15,16 @@ benchmarks/results/measurement_quality.jsonl; `--summarize` recomputes the table
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
 from pathlib import Path
 
+from explorer.launch import RayLauncher
 from explorer.measure import measure, with_measurement
 from explorer.measurement import Measurement
-from explorer.spec import load_study
+from explorer.spec import LoadedStudy, load_study
 from explorer.trial_config import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,25 +53,43 @@ def _record(kind: str, name: str, m: Measurement) -> None:
         fh.write(json.dumps({"kind": kind, "config": name, "measurement": json.loads(m.to_json())}) + "\n")
 
 
-def run(repeats: int, long_factor: int) -> None:
+def run(repeats: int, long_factor: int, long_runs: int) -> None:
     loaded = load_study(ROOT / "studies" / "quickstart.yaml")
+    launcher = RayLauncher.for_study(loaded.spec, output_dir=loaded.output_dir / "benchmark")
+    launcher.start()  # one local Ray and one warm zygote for every run below
+    try:
+        _run(loaded, launcher, repeats, long_factor, long_runs)
+    finally:
+        launcher.shutdown()
+
+
+def _run(loaded: LoadedStudy, launcher: RayLauncher, repeats: int, long_factor: int, long_runs: int) -> None:
+    go = functools.partial(measure, launcher=launcher)
     steady = with_measurement(loaded, **STEADY)
     for name, config in CONFIGS.items():
-        runs = measure(
-            steady, config, repeats=repeats, on_result=lambda i, m, n=name: _record("steady", n, m)
-        )
-        steps = statistics.median(m.properties.measured_steps for m in runs if m.properties)
-        long = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=int(long_factor * steps))
-        measure(long, config, repeats=1, on_result=lambda i, m, n=name: _record("long", n, m))
+        # Steady and long runs alternate, so that a slow drift of this shared machine's speed
+        # affects both alike; each long run is long_factor x the steady step counts seen so far.
+        steps: list[int] = []
+        long_after = sorted({*range(1, repeats, 2), repeats - 1})[-long_runs:]  # 5 repeats: S S L S S L S L
+        for i in range(repeats):
+            (m,) = go(steady, config, repeats=1)
+            _record("steady", name, m)
+            if m.properties:
+                steps.append(m.properties.measured_steps)
+            if i in long_after and steps:
+                n = int(long_factor * max(statistics.median(steps), max(steps) / 2))
+                long = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=n)
+                (lm,) = go(long, config, repeats=1)
+                _record("long", name, lm)
     # OOM: the same 1-process configuration at a batch far beyond the 0.5 GiB cap
     oom = TrialConfig(batch_size=512, number_gpus=1, distributed_backend="NONE", **BASE)
-    measure(steady, oom, repeats=3, on_result=lambda i, m: _record("oom", "1proc-bs512", m))
+    go(steady, oom, repeats=3, on_result=lambda i, m: _record("oom", "1proc-bs512", m))
     # The CPU memory cap must not change the throughput of a configuration that fits
     fixed = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=150)
     for _ in range(repeats):
         for cap in ("study", None):
             kind = "cap-on" if cap == "study" else "cap-off"
-            measure(
+            go(
                 fixed,
                 CONFIGS["1proc"],
                 memory_cap_gib=cap,
@@ -94,24 +114,33 @@ def summarize() -> dict:
         walls = [m["wall_seconds"] for m in steady]
         windows = [m["properties"]["warmup_seconds"] + m["properties"]["measured_seconds"] for m in steady]
         feasible_walls += walls
-        lp = long[0]["properties"]
-        long_tput = lp["dataset_tokens_per_second_per_gpu"]
+        long_tputs = [m["properties"]["dataset_tokens_per_second_per_gpu"] for m in long]
+        long_tput = statistics.mean(long_tputs)
+        long_training = statistics.mean(
+            m["properties"]["warmup_seconds"] + m["properties"]["measured_seconds"] for m in long
+        )
+        long_wall = statistics.mean(m["wall_seconds"] for m in long)
+        long_steps = [m["properties"]["measured_steps"] for m in long]
+        steady_steps = statistics.median(m["properties"]["measured_steps"] for m in steady)
         out[name] = {
             "steady_throughput_median": statistics.median(tput),
             "steady_cv_over_repeats": _cv(tput),
-            "steady_steps_median": statistics.median(m["properties"]["measured_steps"] for m in steady),
+            "steady_steps_median": steady_steps,
             "steady_stop_reasons": sorted({m["properties"]["stop_reason"] for m in steady}),
             "steady_training_seconds_median": statistics.median(windows),
             "steady_trial_wall_median": statistics.median(walls),
             "long_throughput": long_tput,
-            "long_steps": lp["measured_steps"],
-            "long_training_seconds": lp["warmup_seconds"] + lp["measured_seconds"],
-            "long_trial_wall": long[0]["wall_seconds"],
+            "long_throughputs": long_tputs,
+            "long_cv": _cv(long_tputs),
+            "long_steps": long_steps,
+            "long_steps_over_steady_median": min(long_steps) / steady_steps,
+            "long_training_seconds": long_training,
+            "long_trial_wall": long_wall,
             "max_abs_error_vs_long": max(abs(t / long_tput - 1) for t in tput),
             "median_error_vs_long": statistics.median(t / long_tput - 1 for t in tput),
-            "training_time_ratio": statistics.median(windows)
-            / (lp["warmup_seconds"] + lp["measured_seconds"]),
-            "trial_wall_ratio": statistics.median(walls) / long[0]["wall_seconds"],
+            "median_steady_error_vs_long": statistics.median(tput) / long_tput - 1,
+            "training_time_ratio": statistics.median(windows) / long_training,
+            "trial_wall_ratio": statistics.median(walls) / long_wall,
         }
     oom = [r["measurement"] for r in rows if r["kind"] == "oom"]
     if oom and feasible_walls:
@@ -138,6 +167,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--long-factor", type=int, default=5)
+    parser.add_argument("--long-runs", type=int, default=3, help="long runs per configuration")
     parser.add_argument(
         "--summarize", action="store_true", help="only recompute the summary from the JSON lines"
     )
@@ -147,7 +177,7 @@ def main() -> int:
     if not args.summarize:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.unlink(missing_ok=True)
-        run(args.repeats, args.long_factor)
+        run(args.repeats, args.long_factor, args.long_runs)
     summary = summarize()
     (RESULTS.with_suffix(".summary.json")).write_text(json.dumps(summary, indent=2))
     json.dump(summary, sys.stdout, indent=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -14,6 +14,9 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement
 from explorer.spec import LoadedStudy, read_yaml
 from explorer.trial_config import TrialConfig
+
+if TYPE_CHECKING:
+    from explorer.launch import RayLauncher
 
 __all__ = ["config_from_cli", "measure", "with_measurement"]
 
@@ -81,11 +84,13 @@ def measure(
     repeats: int = 1,
     memory_cap_gib: float | None | str = "study",
     on_result: Callable[[int, Measurement], None] | None = None,
+    launcher: RayLauncher | None = None,
 ) -> list[Measurement]:
     """Run ``config`` ``repeats`` times, one after another, on a Ray actor each (as trials run).
 
     Args:
         memory_cap_gib: ``"study"`` keeps the study's cap; a number or ``None`` overrides it.
+        launcher: a started launcher to reuse (it is left running); default: one for this call.
     """
     from explorer.launch import RayLauncher
 
@@ -93,8 +98,10 @@ def measure(
     resources = spec.resources
     if memory_cap_gib != "study":
         resources = resources.model_copy(update={"device_memory_gib": memory_cap_gib})
-    launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir / "measure", resources=resources)
-    launcher.start()
+    owns_launcher = launcher is None
+    if launcher is None:
+        launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir / "measure", resources=resources)
+        launcher.start()
     results: list[Measurement] = []
     try:
         for i in range(repeats):
@@ -106,7 +113,8 @@ def measure(
             if on_result is not None:
                 on_result(i, done[0][1])
     finally:
-        launcher.shutdown()
+        if owns_launcher:
+            launcher.shutdown()
     return results
 
 

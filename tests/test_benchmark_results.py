@@ -21,7 +21,10 @@ def _bench():
     return module
 
 
-@pytest.mark.parametrize("name", ["measurement_quality", "measurement_quality.drift-shift-partial"])
+@pytest.mark.parametrize(
+    "name",
+    ["measurement_quality", "measurement_quality.cold-start", "measurement_quality.drift-shift-partial"],
+)
 def test_summary_recomputes_from_raw_runs(name, monkeypatch):
     bench = _bench()
     monkeypatch.setattr(bench, "RESULTS", RESULTS / f"{name}.jsonl")
