@@ -8,6 +8,7 @@ joins an existing cluster instead.
 from __future__ import annotations
 
 import os
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,17 @@ class ZygoteHost:
     It cannot belong to a trial's actor: Ray kills an actor's child processes when it exits.
     """
 
+    def __init__(self, driver: tuple[str, int]) -> None:
+        self.driver = driver
+
     def socket(self) -> str:
         from explorer.launch._command import zygote_environment
         from explorer.launch._warm import ensure_zygote
 
-        sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
+        # on the driver's host the zygote dies with the driver, even a SIGKILLed one (Ray's actors
+        # linger for seconds after that); elsewhere it dies with this actor
+        owner = self.driver[1] if self.driver[0] == socket.gethostname() else os.getpid()
+        sock = ensure_zygote(owner_pid=owner, env=zygote_environment(cpu_count=os.cpu_count() or 1))
         return str(sock)
 
 
@@ -174,7 +181,7 @@ class RayLauncher:
                 name=_zygote_name(self._zygote_prefix, node["NodeID"]),
                 num_cpus=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-            ).remote()
+            ).remote((socket.gethostname(), os.getpid()))
             host.socket.remote()  # type: ignore[attr-defined]  # warm up now, while the first trial is being asked for
             self._zygote_hosts.append(host)
 
