@@ -15,11 +15,12 @@ benchmarks/results/measurement_quality.jsonl; `--summarize` recomputes the table
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from explorer.launch import RayLauncher
 from explorer.measure import measure, with_measurement
@@ -48,7 +49,8 @@ STEADY = dict(
 )
 
 
-def _record(kind: str, name: str, m: Measurement) -> None:
+def record(kind: str, name: str, m: Measurement) -> None:
+    """Append one run to ``RESULTS`` as a JSON line."""
     with RESULTS.open("a") as fh:
         fh.write(json.dumps({"kind": kind, "config": name, "measurement": json.loads(m.to_json())}) + "\n")
 
@@ -64,48 +66,68 @@ def run(repeats: int, long_factor: int, long_runs: int) -> None:
 
 
 def _run(loaded: LoadedStudy, launcher: RayLauncher, repeats: int, long_factor: int, long_runs: int) -> None:
-    go = functools.partial(measure, launcher=launcher)
-    steady = with_measurement(loaded, **STEADY)
+    def go(study: LoadedStudy, config: TrialConfig, **kw: Any) -> Measurement:
+        (m,) = measure(study, config, launcher=launcher, **kw)
+        return m
+
     for name, config in CONFIGS.items():
-        # Steady and long runs alternate, so that a slow drift of this shared machine's speed
-        # affects both alike; each long run is long_factor x the steady step counts seen so far.
-        steps: list[int] = []
-        long_after = sorted({*range(1, repeats, 2), repeats - 1})[-long_runs:]  # 5 repeats: S S L S S L S L
-        for i in range(repeats):
-            (m,) = go(steady, config, repeats=1)
-            _record("steady", name, m)
-            if m.properties:
-                steps.append(m.properties.measured_steps)
-            if i in long_after and steps:
-                n = int(long_factor * max(statistics.median(steps), max(steps) / 2))
-                long = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=n)
-                (lm,) = go(long, config, repeats=1)
-                _record("long", name, lm)
+        steady_vs_long(
+            go, loaded, name, config, repeats=repeats, long_factor=long_factor, long_runs=long_runs
+        )
     # OOM: the same 1-process configuration at a batch far beyond the 0.5 GiB cap
     oom = TrialConfig(batch_size=512, number_gpus=1, distributed_backend="NONE", **BASE)
-    go(steady, oom, repeats=3, on_result=lambda i, m: _record("oom", "1proc-bs512", m))
+    steady = with_measurement(loaded, **STEADY)
+    for _ in range(3):
+        record("oom", "1proc-bs512", go(steady, oom))
     # The CPU memory cap must not change the throughput of a configuration that fits
     fixed = with_measurement(loaded, stop="steps", warmup_steps=3, measured_steps=150)
     for _ in range(repeats):
         for cap in ("study", None):
             kind = "cap-on" if cap == "study" else "cap-off"
-            go(
-                fixed,
-                CONFIGS["1proc"],
-                memory_cap_gib=cap,
-                on_result=lambda i, m, k=kind: _record(k, "1proc", m),
-            )
+            record(kind, "1proc", go(fixed, CONFIGS["1proc"], memory_cap_gib=cap))
+
+
+def steady_vs_long(
+    go: Callable[[LoadedStudy, TrialConfig], Measurement],
+    loaded: LoadedStudy,
+    name: str,
+    config: TrialConfig,
+    *,
+    repeats: int,
+    long_factor: int,
+    long_runs: int,
+    steady_rule: dict[str, Any] | None = None,
+) -> None:
+    """``repeats`` steady-rule runs of ``config``, with ``long_runs`` long fixed runs between them.
+
+    Steady and long runs alternate, so that a slow drift of a shared machine's speed affects both
+    alike; each long run is ``long_factor`` x the steady step counts seen so far.
+    """
+    steady = with_measurement(loaded, **(steady_rule or STEADY))
+    warmup = (steady_rule or STEADY)["warmup_steps"]
+    steps: list[int] = []
+    long_after = sorted({*range(1, repeats, 2), repeats - 1})[-long_runs:]  # 5 repeats: S S L S S L S L
+    for i in range(repeats):
+        m = go(steady, config)
+        record("steady", name, m)
+        if m.properties:
+            steps.append(m.properties.measured_steps)
+        if i in long_after and steps:
+            n = int(long_factor * max(statistics.median(steps), max(steps) / 2))
+            long = with_measurement(loaded, stop="steps", warmup_steps=warmup, measured_steps=n)
+            record("long", name, go(long, config))
 
 
 def _cv(xs: list[float]) -> float:
     return statistics.stdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
 
 
-def summarize() -> dict:
+def summarize(names: list[str] | None = None) -> dict:
+    """The figures of the JSON lines in ``RESULTS`` (configurations ``names``: default CONFIGS)."""
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
     out: dict = {}
     feasible_walls = []
-    for name in CONFIGS:
+    for name in names or list(CONFIGS):
         steady = [r["measurement"] for r in rows if r["kind"] == "steady" and r["config"] == name]
         long = [r["measurement"] for r in rows if r["kind"] == "long" and r["config"] == name]
         if not steady or not long:

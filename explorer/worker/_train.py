@@ -48,13 +48,14 @@ def training_arguments(
     m = job.measurement
     kwargs: dict[str, Any] = {}
     cuda = device.type == "cuda"
+    distributed = c.number_gpus > 1
     if cuda:
         kwargs["bf16"] = job.workload.torch_dtype == "bfloat16"
         kwargs["fp16"] = job.workload.torch_dtype == "float16"
-        kwargs["ddp_backend"] = "nccl"
+        kwargs["ddp_backend"] = "nccl" if distributed else None
     else:
         kwargs["use_cpu"] = True
-        kwargs["ddp_backend"] = "gloo" if c.number_gpus > 1 else None
+        kwargs["ddp_backend"] = "gloo" if distributed else None
     if c.distributed_backend == "FSDP":
         strategy = (c.fsdp_sharding_strategy or "FULL_SHARD").lower()
         fsdp_config: dict[str, Any] = {
@@ -81,12 +82,19 @@ def training_arguments(
     else:
         gradient_checkpointing = c.gradient_checkpointing
     max_steps = m.step_budget
+    # transformers renamed gradient_checkpointing to activation_checkpointing during 5.x
+    # (5.17 knows only the old name, 5.23 warns about it); pass whichever this version has.
+    ckpt = (
+        "activation_checkpointing"
+        if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+        else "gradient_checkpointing"
+    )
+    kwargs[ckpt] = gradient_checkpointing
+    kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
     return TrainingArguments(
         output_dir=output_dir,
         per_device_train_batch_size=c.per_device_batch_size,
         gradient_accumulation_steps=c.gradient_accumulation_steps,
-        activation_checkpointing=gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False} if gradient_checkpointing else None,
         max_steps=max_steps,
         learning_rate=1e-5,
         weight_decay=0.0,
