@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "smollm2-360m-1xh100.yaml"
 BASE: dict[str, Any] = dict(number_gpus=1, distributed_backend="NONE", model_max_length=1024)
 CONFIGS = {
-    "1gpu-bs16": TrialConfig(batch_size=16, gradient_checkpointing=False, **BASE),
+    "1gpu-bs8": TrialConfig(batch_size=8, gradient_checkpointing=False, **BASE),
     "1gpu-bs32-ckpt": TrialConfig(batch_size=32, gradient_checkpointing=True, **BASE),
 }
 OOM = TrialConfig(batch_size=512, gradient_checkpointing=False, **BASE)
@@ -85,7 +85,11 @@ def run(loaded: LoadedStudy, repeats: int, long_runs: int) -> None:
         m = run_trial(job, work_dir=work / f"trial-{n:05d}", timeout_s=600, warm_start=warm, zygote=sock)
         props = m.properties
         tput = f"{props.dataset_tokens_per_second_per_gpu:.0f} tok/s/gpu" if props else m.error
-        print(f"run {n}: {config.batch_size=} {m.outcome.value} {tput} ({m.wall_seconds:.1f} s)", flush=True)
+        phases = m.extra.get("phases")
+        print(
+            f"run {n}: {config.batch_size=} {m.outcome.value} {tput} ({m.wall_seconds:.1f} s) {phases}",
+            flush=True,
+        )
         if m.outcome.value == "failed":
             print(m.log_tail[-3000:], flush=True)
         return m

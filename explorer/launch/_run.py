@@ -172,13 +172,17 @@ def collect(
     oom = [e for e in errors if e["outcome"] == Outcome.OOM.value]
 
     def done(outcome: Outcome, error: str | None, measurement: Measurement | None = None) -> Measurement:
+        extra = dict(measurement.extra) if measurement else {}
+        first = (oom or errors or [{}])[0]
+        if "phases" in first:  # where the failing rank's time went
+            extra["phases"] = first["phases"]
         return Measurement(
             outcome=outcome,
             properties=measurement.properties if measurement else None,
             error=error,
             wall_seconds=wall_seconds,
             log_tail=log_tail,
-            extra=measurement.extra if measurement else {},
+            extra=extra,
         )
 
     if oom:

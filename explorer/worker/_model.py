@@ -22,9 +22,21 @@ def load_config(spec: ModelSpec, path: str | None) -> Any:
 
 
 def build_model(
-    spec: ModelSpec, path: str | None, config: Any, *, lora_r: int | None, method: MethodSpec
+    spec: ModelSpec,
+    path: str | None,
+    config: Any,
+    *,
+    lora_r: int | None,
+    method: MethodSpec,
+    init_device: torch.device | None = None,
 ) -> Any:
-    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer)."""
+    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer).
+
+    Args:
+        init_device: build random weights directly there (a GPU initialises a few hundred million
+            parameters in milliseconds, a CPU takes seconds); ``None``: on the CPU, where FSDP wants
+            the model before it shards it.
+    """
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -33,9 +45,10 @@ def build_model(
             str(path), dtype=torch.float32, trust_remote_code=spec.trust_remote_code
         )
     else:
-        model = AutoModelForCausalLM.from_config(
-            config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
-        )
+        with torch.device(init_device or "cpu"):
+            model = AutoModelForCausalLM.from_config(
+                config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+            )
     if lora_r is not None:
         from peft import LoraConfig, get_peft_model
 

@@ -31,6 +31,24 @@ __all__ = ["main", "run_rank", "training_arguments"]
 GIB = 2**30
 
 
+class Phases:
+    """Seconds from the rank's start to each phase it reached (to see where a trial's time went)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.at(name, time.perf_counter())
+
+    def at(self, name: str, perf_counter: float) -> None:
+        self.seconds[name] = round(perf_counter - self.t0, 4)
+
+
+PHASES = Phases()
+"""This rank's phases; restarted by :func:`main` (a forked rank inherits the zygote's)."""
+
+
 def pick_device(requested: str) -> torch.device:
     """The training device for this rank (``auto``: CUDA when the process sees a GPU)."""
     if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()):
@@ -127,10 +145,18 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         layers = decoder_layer_classes(config) if c.distributed_backend == "FSDP" else None
         args = training_arguments(job, device=device, output_dir=tmp, layer_classes=layers)
         _ = args.device  # initialises the process group (gloo / nccl)
+        PHASES.mark("process_group")
         cap.mark_baseline()  # from here on, the model, its states and activations count
         model = build_model(
-            job.workload.model, job.model_path, config, lora_r=c.lora_r, method=job.workload.method
+            job.workload.model,
+            job.model_path,
+            config,
+            lora_r=c.lora_r,
+            method=job.workload.method,
+            # every rank holds the whole model anyway (one process or DDP): build it on the GPU
+            init_device=device if device.type == "cuda" and c.distributed_backend != "FSDP" else None,
         )
+        PHASES.mark("model_built")
         flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
@@ -156,13 +182,17 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         if sampler is not None:
             sampler.start()
         cap.enforce()
+        PHASES.mark("trainer_ready")
         try:
             trainer.train()
         finally:
             cap.release()
             if sampler is not None:
                 sampler.stop()
+        if log.ends:
+            PHASES.at("first_step", log.ends[0])
         extra = {
+            "phases": PHASES.seconds,
             "wrapper": _describe_wrapper(trainer),
             "checkpointing": "on" if _checkpointing_active(trainer) else "off",
             "trainable_parameters": trainable,
@@ -391,19 +421,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True, help="TrialJob as JSON")
     parser.add_argument("--out", required=True, help="folder for result.json / error-rank<r>.json")
     ns = parser.parse_args(argv)
+    global PHASES
+    PHASES = Phases()
     _exit_with_owner()
     job = TrialJob.from_json(ns.job)
     out = Path(ns.out)
     rank = int(os.environ.get("RANK", "0"))
-    started = time.perf_counter()
     try:
         measurement = run_rank(job, out)
     except BaseException as exc:  # classify every failure of this rank, then exit non-zero
         outcome = Outcome.OOM if is_oom(exc) else Outcome.FAILED
         text = f"{type(exc).__name__}: {exc}".strip()
+        PHASES.mark("failed")
         _write(
             out / f"error-rank{rank}.json",
-            json.dumps({"outcome": outcome.value, "error": text, "rank": rank}),
+            json.dumps({"outcome": outcome.value, "error": text, "rank": rank, "phases": PHASES.seconds}),
         )
         traceback.print_exc()
         sys.stderr.flush()
@@ -412,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         measurement = Measurement(
             outcome=measurement.outcome,
             properties=measurement.properties,
-            wall_seconds=time.perf_counter() - started,
+            wall_seconds=time.perf_counter() - PHASES.t0,
             extra=measurement.extra,
         )
         _write(out / "result.json", measurement.to_json())
