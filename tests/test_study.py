@@ -128,14 +128,15 @@ def test_failed_trial_is_retried_then_failed(write_study, tmp_path):
     assert "no_such_optimizer" in trials[1].user_attrs["error"]
 
 
-def _worker_pids() -> list[int]:
+def _worker_pids(exclude: frozenset[int] = frozenset()) -> set[int]:
+    """Training processes and warm-start zygotes (their command line names explorer.worker)."""
     import psutil
 
-    pids = []
+    pids = set()
     for p in psutil.process_iter(["pid", "cmdline"]):
         if "explorer.worker" in " ".join(p.info["cmdline"] or []):
-            pids.append(p.pid)
-    return pids
+            pids.add(p.pid)
+    return pids - exclude
 
 
 def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
@@ -154,31 +155,37 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
             },
         }
     )
+    # zygotes of earlier tests in this pytest process are theirs, not the driver's
+    before = frozenset(_worker_pids())
     cmd = [sys.executable, "-m", "explorer", "optimize", str(path)]
-    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    log = (tmp_path / "driver.log").open("wb")  # a file, not a pipe nobody reads
+    driver = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     loaded = load_study(path)
-    deadline = time.monotonic() + 120
-    running = []
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 240
+    running: list = []
+    while time.monotonic() < deadline and driver.poll() is None:
         if Path(tmp_path / "s.db").exists():
             try:
                 study = open_study(loaded, create=False)
                 running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
-            except Exception:  # the study may not exist yet
+            except Exception:  # the study may not exist yet, or the database is busy
                 running = []
-            if running and _worker_pids():
+            if running and _worker_pids(before):
                 break
         time.sleep(0.5)
-    assert running, "no trial started within 120 s"
+    else:
+        driver.kill()
+        driver.wait()
+        pytest.fail(f"no trial was running with its processes: {(tmp_path / 'driver.log').read_text()}")
     interrupted_key = running[0].user_attrs["config_key"]
     time.sleep(2)
     os.kill(driver.pid, signal.SIGKILL)
     driver.wait()
     # The training processes notice their owner is gone and exit (no orphans burn the GPUs).
     deadline = time.monotonic() + 60
-    while _worker_pids() and time.monotonic() < deadline:
+    while _worker_pids(before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _worker_pids() == []
+    assert _worker_pids(before) == set()
 
     rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
