@@ -7,7 +7,7 @@ import random
 import pytest
 
 from explorer.spec import MeasurementSpec
-from explorer.worker._stopping import decide, relative_ci, t_quantile_975
+from explorer.worker._stopping import decide, relative_ci, steady_warmup, t_quantile_975
 
 
 def _clock(durations: list[float], start: float = 100.0) -> list[float]:
@@ -84,3 +84,36 @@ def test_warmup_then_stable_like_ado():
 def test_seconds_rule_needs_its_limit():
     with pytest.raises(ValueError, match="stop_after_seconds"):
         MeasurementSpec(stop="seconds")
+
+
+def test_a_one_off_spike_early_in_the_window_moves_into_the_warmup():
+    """As seen on an H100: one 1.3 s step among 0.17 s steps, 5 steps after warmup. Averaging it
+    out to a 2% CI takes hundreds of steps; a 10-step window holding it reads ~40% slow."""
+    rng = random.Random(1)
+    steps = [3.0, 2.0] + [0.17 + rng.gauss(0, 0.002) for _ in range(400)]
+    steps[2 + 4] = 1.3
+    spec = MeasurementSpec(stop="steady", warmup_steps=2, min_steps=10, target_rel_ci=0.02, max_steps=400)
+    n, d = _run(spec, steps)
+    assert d.reason == "stable" and d.warmup == 2 + 5 and n == 2 + 5 + 10
+    off = spec.model_copy(update={"spike_factor": None})
+    n_off, d_off = _run(off, steps)
+    assert d_off.warmup == 2 and n_off > 2 + 100  # the spike dominates the CI
+
+
+def test_a_spike_later_in_the_window_is_kept():
+    """Only the first min_steps after warmup are searched: later spikes recur and count."""
+    steps = [3.0, 2.0] + [1.0, 1.001] * 20
+    steps[2 + 12] = 5.0
+    spec = MeasurementSpec(stop="steady", warmup_steps=2, min_steps=5, target_rel_ci=1e-9, max_steps=30)
+    n, d = _run(spec, steps)
+    assert d.reason == "max_steps" and d.warmup == 2 and n == 32
+
+
+def test_spike_warmup_is_bounded_and_a_function_of_the_clock():
+    steps = [1.0] + [4.0, 1.0, 1.0] * 20  # a spike every third step
+    spec = MeasurementSpec(stop="steady", warmup_steps=1, min_steps=6, max_steps=1000, max_seconds=1e6)
+    ends = _clock(steps)
+    w = steady_warmup(spec, start=100.0, ends=ends)
+    assert w == 1 + 4  # the last spike in the first 6 steps of the window (index 3) and before it
+    assert w <= spec.warmup_steps + spec.min_steps
+    assert steady_warmup(spec, start=100.0, ends=ends) == w

@@ -155,7 +155,8 @@ class MeasurementSpec(_Spec):
 
     * ``steady`` (default): after ``warmup_steps``, stop once the 95% confidence interval of the
       mean step time is within ``target_rel_ci`` of the mean, over at least ``min_steps`` steps;
-      ``max_steps`` / ``max_seconds`` cap the measured window.
+      ``max_steps`` / ``max_seconds`` cap the measured window. A one-off spike early in the
+      window (``spike_factor``) extends the warmup past it.
     * ``steps``: exactly ``measured_steps`` steps after warmup (the default when ``measured_steps``
       is given and ``stop`` is not).
     * ``seconds``: ado's ``stop_after_seconds``: train for ``stop_after_seconds`` in total; the
@@ -179,6 +180,10 @@ class MeasurementSpec(_Spec):
     """``steady``: most measured steps."""
     max_seconds: PositiveFloat = 300.0
     """``steady``: longest measured window."""
+    spike_factor: float | None = Field(default=3.0, gt=1)
+    """``steady``: a step longer than this many times the window's median step, among the first
+    ``min_steps`` steps after ``warmup_steps``, is a one-off (allocator growth, a lazy
+    initialisation) and moves into the warmup with every step before it. ``null`` turns it off."""
     stop_after_seconds: PositiveFloat | None = None
     """``seconds``: total training time."""
     warmup_seconds: PositiveFloat = 60.0
@@ -207,8 +212,8 @@ class MeasurementSpec(_Spec):
         """An upper bound on optimizer steps, for the Trainer's ``max_steps``."""
         if self.rule == "steps":
             return self.warmup_steps + self.measured_steps
-        if self.rule == "steady":
-            return self.warmup_steps + self.max_steps
+        if self.rule == "steady":  # the warmup may grow by up to min_steps (spike_factor)
+            return self.warmup_steps + self.min_steps + self.max_steps
         return 10_000_000
 
 

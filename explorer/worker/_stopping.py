@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from explorer.spec import MeasurementSpec
 
-__all__ = ["Decision", "decide", "relative_ci", "t_quantile_975"]
+__all__ = ["Decision", "decide", "relative_ci", "steady_warmup", "t_quantile_975"]
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 _T975 = (
@@ -69,8 +69,12 @@ def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decisio
     if rule == "seconds":
         done = ends[-1] - start >= (spec.stop_after_seconds or 0.0)
         return Decision(warmup=w, stop=done, reason="stop_after_seconds" if done else "")
+    w = steady_warmup(spec, start=start, ends=ends)
+    measured = len(ends) - w
+    if measured <= 0:  # the latest step was a spike
+        return Decision(warmup=w, stop=False)
     begin = ends[w - 1] if w else start
-    durations = [b - a for a, b in zip([begin, *ends[w:-1]], ends[w:], strict=True)]
+    durations = _durations(begin, ends[w:])
     if measured >= spec.min_steps and relative_ci(durations) <= spec.target_rel_ci:
         return Decision(warmup=w, stop=True, reason="stable")
     if measured >= spec.max_steps:
@@ -78,3 +82,27 @@ def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decisio
     if ends[-1] - begin >= spec.max_seconds:
         return Decision(warmup=w, stop=True, reason="max_seconds")
     return Decision(warmup=w, stop=False)
+
+
+def _durations(start: float, ends: list[float]) -> list[float]:
+    return [b - a for a, b in zip([start, *ends[:-1]], ends, strict=True)]
+
+
+def steady_warmup(spec: MeasurementSpec, *, start: float, ends: list[float]) -> int:
+    """The ``steady`` rule's warmup: ``warmup_steps``, extended past one-off spikes.
+
+    A step among the first ``min_steps`` after ``warmup_steps`` that takes more than
+    ``spike_factor`` times the median step of everything after ``warmup_steps`` is a one-off
+    (allocator growth, lazy initialisation, a first collective): it would take a short window many
+    steps to average out, so the window starts after the last such step instead. Spikes later in
+    the window are kept: they recur, and the long run pays for them too. The warmup never grows
+    past ``warmup_steps + min_steps``, so the rule stays a function of the step clock alone.
+    """
+    w = spec.warmup_steps
+    if spec.spike_factor is None or len(ends) - w < 3:
+        return w
+    durations = _durations(ends[w - 1] if w else start, ends[w:])
+    limit = spec.spike_factor * sorted(durations)[len(durations) // 2]
+    head = durations[: spec.min_steps]
+    spikes = [i for i, d in enumerate(head) if d > limit]
+    return w + spikes[-1] + 1 if spikes else w
