@@ -48,7 +48,7 @@ CONFIGS = {
 }
 OOM = TrialConfig(batch_size=512, gradient_checkpointing=False, **BASE)
 STEADY = dict(
-    stop="steady", warmup_steps=3, target_rel_ci=0.02, min_steps=10, max_steps=400, max_seconds=60.0
+    stop="steady", warmup_steps=3, target_rel_ci=0.02, min_steps=10, max_steps=400, max_seconds=30.0
 )
 
 
