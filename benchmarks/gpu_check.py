@@ -56,6 +56,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--long-runs", type=int, default=2)
+    parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
+    parser.add_argument("--no-oom", action="store_true", help="skip the OOM runs")
     parser.add_argument("--summarize", action="store_true")
     parser.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_check.jsonl")
     args = parser.parse_args()
@@ -66,15 +68,15 @@ def main() -> int:
         assert torch.cuda.is_available(), "gpu_check.py needs a CUDA device"
         args.results.parent.mkdir(parents=True, exist_ok=True)
         args.results.unlink(missing_ok=True)
-        run(load_study(STUDY), args.repeats, args.long_runs)
-    summary = mq.summarize(list(CONFIGS))
+        run(load_study(STUDY), args.configs, args.repeats, args.long_runs, oom=not args.no_oom)
+    summary = mq.summarize(args.configs)
     args.results.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
     json.dump(summary, sys.stdout, indent=2)
     print()
     return 0
 
 
-def run(loaded: LoadedStudy, repeats: int, long_runs: int) -> None:
+def run(loaded: LoadedStudy, names: list[str], repeats: int, long_runs: int, *, oom: bool) -> None:
     sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
     numbers = itertools.count()
     work = Path(tempfile.mkdtemp(prefix="explorer-gpu-check-"))
@@ -94,10 +96,13 @@ def run(loaded: LoadedStudy, repeats: int, long_runs: int) -> None:
             print(m.log_tail[-3000:], flush=True)
         return m
 
-    for name, config in CONFIGS.items():
+    for name in names:
+        config = CONFIGS[name]
         mq.steady_vs_long(
             go, loaded, name, config, repeats=repeats, long_factor=5, long_runs=long_runs, steady_rule=STEADY
         )
+    if not oom:
+        return
     steady = with_measurement(loaded, **STEADY)
     for _ in range(3):
         mq.record("oom", "1gpu-bs512", go(steady, OOM))

@@ -101,10 +101,13 @@ def steady_vs_long(
     """``repeats`` steady-rule runs of ``config``, with ``long_runs`` long fixed runs between them.
 
     Steady and long runs alternate, so that a slow drift of a shared machine's speed affects both
-    alike; each long run is ``long_factor`` x the steady step counts seen so far.
+    alike. Each long run is ``long_factor`` x the most steps a steady run took so far, and its
+    warmup is the most the steady rule may exclude (``warmup_steps + min_steps``), so that a
+    one-off spike the steady rule moved into its warmup does not weigh on the reference either.
     """
-    steady = with_measurement(loaded, **(steady_rule or STEADY))
-    warmup = (steady_rule or STEADY)["warmup_steps"]
+    rule = steady_rule or STEADY
+    steady = with_measurement(loaded, **rule)
+    warmup = int(rule["warmup_steps"]) + int(rule["min_steps"])
     steps: list[int] = []
     long_after = sorted({*range(1, repeats, 2), repeats - 1})[-long_runs:]  # 5 repeats: S S L S S L S L
     for i in range(repeats):
@@ -113,7 +116,7 @@ def steady_vs_long(
         if m.properties:
             steps.append(m.properties.measured_steps)
         if i in long_after and steps:
-            n = int(long_factor * max(statistics.median(steps), max(steps) / 2))
+            n = long_factor * max(steps)
             long = with_measurement(loaded, stop="steps", warmup_steps=warmup, measured_steps=n)
             record("long", name, go(long, config))
 
