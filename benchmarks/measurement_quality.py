@@ -109,7 +109,8 @@ def steady_vs_long(
     steady = with_measurement(loaded, **rule)
     warmup = int(rule["warmup_steps"]) + int(rule["min_steps"])
     steps: list[int] = []
-    long_after = sorted({*range(1, repeats, 2), repeats - 1})[-long_runs:]  # 5 repeats: S S L S S L S L
+    # spread evenly: 5 repeats, 3 long runs: S L S S L S S L; 2 long runs: S S L S S L S
+    long_after = {int((k + 0.5) * repeats / long_runs) for k in range(long_runs)}
     for i in range(repeats):
         m = go(steady, config)
         record("steady", name, m)
@@ -147,6 +148,20 @@ def summarize(names: list[str] | None = None) -> dict:
         long_wall = statistics.mean(m["wall_seconds"] for m in long)
         long_steps = [m["properties"]["measured_steps"] for m in long]
         steady_steps = statistics.median(m["properties"]["measured_steps"] for m in steady)
+        # each long run against the steady runs just before and after it (robust to a slow drift of
+        # the machine's speed over the benchmark)
+        sequence = [r for r in rows if r["config"] == name and r["kind"] in ("steady", "long")]
+        adjacent = []
+        for i, r in enumerate(sequence):
+            if r["kind"] != "long":
+                continue
+            near = [
+                sequence[j]["measurement"]["properties"]["dataset_tokens_per_second_per_gpu"]
+                for j in (i - 1, i + 1)
+                if 0 <= j < len(sequence) and sequence[j]["kind"] == "steady"
+            ]
+            long_i = r["measurement"]["properties"]["dataset_tokens_per_second_per_gpu"]
+            adjacent.append(statistics.mean(near) / long_i - 1)
         out[name] = {
             "steady_throughput_median": statistics.median(tput),
             "steady_cv_over_repeats": _cv(tput),
@@ -164,6 +179,7 @@ def summarize(names: list[str] | None = None) -> dict:
             "max_abs_error_vs_long": max(abs(t / long_tput - 1) for t in tput),
             "median_error_vs_long": statistics.median(t / long_tput - 1 for t in tput),
             "median_steady_error_vs_long": statistics.median(tput) / long_tput - 1,
+            "adjacent_steady_errors_vs_long": adjacent,
             "training_time_ratio": statistics.median(windows) / long_training,
             "trial_wall_ratio": statistics.median(walls) / long_wall,
         }

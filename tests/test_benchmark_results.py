@@ -12,10 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "measurement_quality", ROOT / "benchmarks" / "measurement_quality.py"
-    )
+def _bench(name: str = "measurement_quality"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -25,6 +23,7 @@ CPU = ["1proc", "2proc-ddp", "2proc-fsdp"]
 SUMMARIES = {
     "measurement_quality.cold-start": CPU,
     "measurement_quality.drift-shift-partial": CPU,
+    "measurement_quality.unbalanced": CPU,
     "gpu_check.h100": ["1gpu-bs8", "1gpu-bs32-ckpt"],
     "gpu_check.h100-bs8-rerun": ["1gpu-bs8"],
     "gpu_check.h100-cpu-init": ["1gpu-bs16", "1gpu-bs32-ckpt"],
@@ -56,3 +55,11 @@ def test_each_raw_throughput_is_tokens_over_time(path):
         assert sum(run["measurement"]["extra"]["step_times"]) == pytest.approx(
             p["measured_seconds"], rel=1e-4
         )
+
+
+def test_warm_vs_cold_summary_recomputes(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = _bench("warm_vs_cold")
+    committed = json.loads((RESULTS / "warm_vs_cold.summary.json").read_text())
+    assert json.loads(json.dumps(bench.summarize())) == committed
+    assert committed["warm"]["starts"] == ["warm"] and committed["cold"]["starts"] == ["cold"]
