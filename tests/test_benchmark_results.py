@@ -24,12 +24,11 @@ SUMMARIES = {
     "measurement_quality.cold-start": CPU,
     "measurement_quality.drift-shift-partial": CPU,
     "measurement_quality.unbalanced": CPU,
+    "measurement_quality": CPU,
     "gpu_check.h100": ["1gpu-bs8", "1gpu-bs32-ckpt"],
     "gpu_check.h100-bs8-rerun": ["1gpu-bs8"],
     "gpu_check.h100-cpu-init": ["1gpu-bs16", "1gpu-bs32-ckpt"],
 }
-if (RESULTS / "measurement_quality.summary.json").exists():
-    SUMMARIES["measurement_quality"] = CPU
 
 
 @pytest.mark.parametrize("name", sorted(SUMMARIES))
