@@ -56,9 +56,11 @@ def test_each_raw_throughput_is_tokens_over_time(path):
         )
 
 
-def test_warm_vs_cold_summary_recomputes(monkeypatch):
+@pytest.mark.parametrize("name", ["warm_vs_cold", "warm_vs_cold.gc-freeze"])
+def test_warm_vs_cold_summary_recomputes(name, monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     bench = _bench("warm_vs_cold")
-    committed = json.loads((RESULTS / "warm_vs_cold.summary.json").read_text())
+    monkeypatch.setattr(bench, "RESULTS", RESULTS / f"{name}.jsonl")
+    committed = json.loads((RESULTS / f"{name}.summary.json").read_text())
     assert json.loads(json.dumps(bench.summarize())) == committed
     assert committed["warm"]["starts"] == ["warm"] and committed["cold"]["starts"] == ["cold"]
