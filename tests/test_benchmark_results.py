@@ -64,3 +64,11 @@ def test_warm_vs_cold_summary_recomputes(name, monkeypatch):
     committed = json.loads((RESULTS / f"{name}.summary.json").read_text())
     assert json.loads(json.dumps(bench.summarize())) == committed
     assert committed["warm"]["starts"] == ["warm"] and committed["cold"]["starts"] == ["cold"]
+
+
+def test_stop_rule_replay_recomputes(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    bench = _bench("replay_stop_rule")
+    committed = json.loads((RESULTS / "replay_stop_rule.summary.json").read_text())
+    assert json.loads(json.dumps(bench.summarize(bench.DEFAULT))) == committed
+    assert {r["reason"] for r in committed} <= {"stable", "max_steps", "max_seconds"}
