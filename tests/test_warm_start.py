@@ -115,3 +115,26 @@ def test_ray_trials_start_warm_on_every_node(write_study, tmp_path):
         assert m.extra["start"] == "warm"
     finally:
         launcher.shutdown()
+
+
+def test_a_rank_that_ends_is_reported_at_once(tmp_path):
+    """The zygote reaps on SIGCHLD through a wakeup fd; a signal handler alone would not wake its
+    select() (PEP 475 retries it), and every trial would wait for the next 0.5 s poll."""
+    from explorer.launch._warm import wait_ranks
+
+    sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=1))
+    latencies = []
+    for i in range(8):
+        started = time.perf_counter()
+        rank = spawn_rank(
+            sock,
+            argv=["--job", "{}", "--out", str(tmp_path)],  # not a job: the rank fails at once
+            env={"PATH": os.environ["PATH"]},
+            cwd=tmp_path,
+            log=tmp_path / f"rank{i}.log",
+        )
+        code, timed_out = wait_ranks([rank], timeout_s=30)
+        latencies.append(time.perf_counter() - started)
+        rank.conn.close()
+        assert code != 0 and not timed_out
+    assert max(latencies) < 0.25, latencies  # 0.5 s polling: all 8 under 0.25 s by chance ~0.4%

@@ -35,6 +35,7 @@ from pathlib import Path
 __all__ = ["READY_LINE", "preload", "serve"]
 
 READY_LINE = "explorer-zygote ready"
+_WAKEUP = object()  # selector key data of the signal wakeup pipe
 
 
 def preload() -> None:
@@ -51,13 +52,16 @@ def preload() -> None:
         import peft  # noqa: F401
 
 
-def _run_child(request: dict, listener: socket.socket, conn: socket.socket) -> None:
+def _run_child(request: dict, listener: socket.socket, conn: socket.socket, wakeup: tuple[int, int]) -> None:
     """In the forked child: become the rank described by ``request``; never returns."""
     code = 1
     try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in wakeup:
+            os.close(fd)
         listener.close()
         conn.close()
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         os.environ.clear()
         os.environ.update(request["env"])
@@ -124,7 +128,14 @@ def _send(conn: socket.socket, message: dict) -> None:
 def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
     """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle."""
     preload()
-    signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes select() when a rank ends
+    # A rank's end must wake select() at once. A Python signal handler alone does not: select() is
+    # retried after EINTR (PEP 475), so ranks were reaped only at the next 0.5 s timeout, and
+    # every trial took up to 0.5 s longer than its ranks. The wakeup fd makes SIGCHLD readable.
+    wakeup = os.pipe()
+    for fd in wakeup:
+        os.set_blocking(fd, False)
+    signal.set_wakeup_fd(wakeup[1])
+    signal.signal(signal.SIGCHLD, lambda *_: None)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     tmp = sock_path.with_suffix(f".{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
@@ -135,12 +146,17 @@ def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
     print(READY_LINE, flush=True)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, None)
+    selector.register(wakeup[0], selectors.EVENT_READ, _WAKEUP)
     children: dict[int, socket.socket] = {}
     idle_since = time.monotonic()
     try:
         while _owner_alive(owner) and (children or time.monotonic() - idle_since < idle_exit_s):
             for key, _ in selector.select(timeout=0.5):
-                if key.data is None:
+                if key.data is _WAKEUP:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(wakeup[0], 4096):
+                            pass
+                elif key.data is None:
                     conn, _ = listener.accept()
                     try:
                         request = _read_request(conn)
@@ -149,7 +165,7 @@ def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
                         continue
                     pid = os.fork()
                     if pid == 0:
-                        _run_child(request, listener, conn)
+                        _run_child(request, listener, conn, wakeup)
                     children[pid] = conn
                     _send(conn, {"pid": pid})
                     selector.register(conn, selectors.EVENT_READ, pid)
