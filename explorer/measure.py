@@ -16,7 +16,7 @@ from explorer.spec import LoadedStudy, read_yaml
 from explorer.trial_config import TrialConfig
 
 if TYPE_CHECKING:
-    from explorer.launch import RayLauncher
+    from explorer.launch import Launcher
 
 __all__ = ["config_from_cli", "measure", "with_measurement"]
 
@@ -84,7 +84,7 @@ def measure(
     repeats: int = 1,
     memory_cap_gib: float | None | str = "study",
     on_result: Callable[[int, Measurement], None] | None = None,
-    launcher: RayLauncher | None = None,
+    launcher: Launcher | None = None,
 ) -> list[Measurement]:
     """Run ``config`` ``repeats`` times, one after another, on a Ray actor each (as trials run).
 
@@ -92,7 +92,7 @@ def measure(
         memory_cap_gib: ``"study"`` keeps the study's cap; a number or ``None`` overrides it.
         launcher: a started launcher to reuse (it is left running); default: one for this call.
     """
-    from explorer.launch import RayLauncher
+    from explorer.launch import launcher_for
 
     spec = loaded.spec
     resources = spec.resources
@@ -100,7 +100,7 @@ def measure(
         resources = resources.model_copy(update={"device_memory_gib": memory_cap_gib})
     owns_launcher = launcher is None
     if launcher is None:
-        launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir / "measure", resources=resources)
+        launcher = launcher_for(loaded, output_dir=loaded.output_dir / "measure", resources=resources)
         launcher.start()
     results: list[Measurement] = []
     try:

@@ -2,15 +2,22 @@
 
 from explorer.launch._command import trial_command, trial_environment, zygote_environment
 from explorer.launch._ray import RayLauncher, TrialActor, ZygoteHost
+from explorer.launch._replay import ReplayLauncher, ReplayTable
 from explorer.launch._run import collect, run_trial
+from explorer.launch._select import Launcher, launcher_for, replay_selection
 from explorer.launch._warm import ensure_zygote
 
 __all__ = [
+    "Launcher",
     "RayLauncher",
+    "ReplayLauncher",
+    "ReplayTable",
     "TrialActor",
     "ZygoteHost",
     "collect",
     "ensure_zygote",
+    "launcher_for",
+    "replay_selection",
     "run_trial",
     "trial_command",
     "trial_environment",

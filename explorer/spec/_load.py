@@ -105,6 +105,8 @@ class LoadedStudy:
     """Resolved local model directory or hub id."""
     dataset_path: Path | None
     """Resolved JSONL file, for jsonl datasets."""
+    replay_table: Path | None = None
+    """Resolved recorded table, for ``launcher.kind: replay``."""
 
 
 def _resolve(base: Path, p: str) -> Path:
@@ -200,6 +202,7 @@ def load_study(path: str | Path, *, storage: str | None = None, n_trials: int | 
             problem=f"every configuration is invalid on these resources (e.g. {example})",
         )
 
+    replay_table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
     output_dir = _resolve(base, spec.output_dir) if spec.output_dir else base / "explorer-runs" / spec.name
     return LoadedStudy(
@@ -210,7 +213,34 @@ def load_study(path: str | Path, *, storage: str | None = None, n_trials: int | 
         output_dir=output_dir,
         model_path=model_path,
         dataset_path=dataset_path,
+        replay_table=replay_table,
     )
+
+
+def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> Path:
+    """The replay table's path, once it is readable, has rows for the study and a column for every
+    parameter the search space varies."""
+    import itertools
+
+    from explorer.launch._replay import ReplayTable
+    from explorer.launch._select import replay_selection
+
+    path = _resolve(base, spec.launcher.table or "")
+    if not path.is_file():
+        raise SpecError(file=label, field="launcher.table", problem=f"{spec.launcher.table} does not exist")
+    try:
+        table = ReplayTable.read(path, **replay_selection(spec))
+    except SpecError as exc:  # name the study file and the field, as every other problem does
+        where = path.name if exc.field == "launcher.table" else f"{path.name} {exc.field}"
+        raise SpecError(file=label, field="launcher.table", problem=f"{where}: {exc.problem}") from None
+    missing = table.missing_columns(itertools.islice(space.enumerate(), 200_000))
+    if missing:
+        raise SpecError(
+            file=label,
+            field="launcher.table",
+            problem=f"{path.name} has no column for the varied parameter(s) {', '.join(missing)}",
+        )
+    return path
 
 
 def _check_architecture(label: str, arch: dict[str, Any]) -> None:

@@ -240,7 +240,12 @@ class ResourcesSpec(_Spec):
 class LauncherSpec(_Spec):
     """Where trials run."""
 
-    kind: Literal["ray"] = "ray"
+    kind: Literal["ray", "replay"] = "ray"
+    """``ray`` runs every trial; ``replay`` answers trials from the recorded ``table``."""
+    table: str | None = None
+    """``replay`` only: a CSV in the layout of ado's ``ado show entities --output-format csv``
+    (a column per parameter, a column per measured property, ``is_valid``), relative to the
+    study file."""
     address: str | None = None
     """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
     runner: Literal["torchrun", "accelerate"] = "torchrun"
@@ -251,6 +256,14 @@ class LauncherSpec(_Spec):
     node and the torchrun runner (or one process); ``false`` starts fresh interpreters."""
     max_retries: NonNegativeInt = 1
     """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
+
+    @model_validator(mode="after")
+    def _check_table(self) -> LauncherSpec:
+        if self.kind == "replay" and not self.table:
+            raise ValueError("kind: replay needs a table")
+        if self.kind != "replay" and self.table is not None:
+            raise ValueError("table is only for kind: replay")
+        return self
 
 
 class SamplerSpec(_Spec):

@@ -29,7 +29,7 @@ from explorer.validity import invalid_reason
 if TYPE_CHECKING:
     import optuna
 
-    from explorer.launch import RayLauncher
+    from explorer.launch import Launcher
 
 __all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
 
@@ -116,11 +116,11 @@ def optimize(
     loaded: LoadedStudy,
     *,
     printer: Printer = print,
-    launcher: RayLauncher | None = None,
+    launcher: Launcher | None = None,
     reclaim_all: bool = False,
 ) -> OptimizeResult:
     """Run the study until ``n_trials`` trials count (resuming whatever is already stored)."""
-    from explorer.launch import RayLauncher
+    from explorer.launch import launcher_for
 
     spec = loaded.spec
     started = time.monotonic()
@@ -138,7 +138,7 @@ def optimize(
     printer(f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done")
     owns_launcher = launcher is None
     if launcher is None:
-        launcher = RayLauncher.for_study(spec, output_dir=loaded.output_dir)
+        launcher = launcher_for(loaded, output_dir=loaded.output_dir)
     in_flight: dict[int, _InFlight] = {}
     queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
     best: tuple[float, int] | None = _best(study)

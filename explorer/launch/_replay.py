@@ -1,0 +1,273 @@
+"""The replay launcher: answers trials from a recorded table instead of running them.
+
+The table is a CSV in the layout of ado's ``ado show entities --output-format csv`` (a column per
+entity-space parameter, a column per measured property, and ``is_valid``), which is also what an
+explorer export writes. Rows are selected by the properties the study holds fixed (``model_name``,
+``gpu_model``, ``model_max_length``, ``method`` where the table has such a column); the others are
+matched against each trial's configuration.
+
+* A row with ``is_valid`` 0 is infeasible: the trial is OOM, as if it had run out of memory.
+* A configuration with several rows is answered from the median throughput of its valid rows
+  (OOM when none is valid).
+* A configuration absent from the table is FAILED with a message that says so; it is never
+  given a value. Parameters the table has no column for must be fixed by the study (checked when
+  the study is loaded), and are then taken as what the table was measured with.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from explorer.errors import SpecError
+from explorer.job import TrialJob
+from explorer.measurement import Measurement, Outcome, Properties
+from explorer.trial_config import TrialConfig
+
+__all__ = ["ReplayLauncher", "ReplayTable"]
+
+OBJECTIVE = "dataset_tokens_per_second_per_gpu"
+MAX_TABLE_BYTES = 64 << 20
+
+_INT = {"batch_size", "number_gpus", "model_max_length", "fsdp_version", "gradient_accumulation_steps"}
+_INT |= {"lora_r", "number_nodes"}
+_BOOL = {"gradient_checkpointing", "torch_compile"}
+_STR = {"distributed_backend", "fsdp_sharding_strategy", "optim"}
+PARAMETERS = _INT | _BOOL | _STR
+"""Table columns matched against a trial's :class:`TrialConfig`."""
+
+
+def _parse(name: str, text: str) -> Any:
+    text = text.strip()
+    if text in ("", "None", "none", "null", "NaN", "nan"):
+        return None
+    if name in _INT:
+        return int(float(text))
+    if name in _BOOL:
+        return _bool(text)
+    return text
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "1.0", "true", "yes"):
+        return True
+    if lowered in ("0", "0.0", "false", "no"):
+        return False
+    raise ValueError(f"{text!r} is not a boolean")
+
+
+def _normalise(values: dict[str, Any]) -> dict[str, Any]:
+    """One spelling per job: a single GPU has no backend; only FSDP has FSDP settings."""
+    out = dict(values)
+    if out.get("number_gpus") == 1 and "distributed_backend" in out:
+        out["distributed_backend"] = "NONE"
+    backend = out.get("distributed_backend")
+    if isinstance(backend, str):
+        backend = out["distributed_backend"] = (
+            "NONE" if backend.upper() in ("NONE", "NO", "DP") else backend.upper()
+        )
+    if backend is not None and backend != "FSDP":
+        for name in ("fsdp_sharding_strategy", "fsdp_version"):
+            if name in out:
+                out[name] = None
+    return out
+
+
+@dataclass(frozen=True)
+class _Row:
+    line: int
+    params: dict[str, Any]
+    values: dict[str, float]
+    valid: bool
+
+
+class ReplayTable:
+    """The rows of a recorded table that match a study's fixed properties."""
+
+    def __init__(self, *, path: Path, columns: list[str], rows: list[_Row]) -> None:
+        self.path = path
+        self.columns = columns
+        self.rows = rows
+        self.parameters = [c for c in columns if c in PARAMETERS]
+
+    @classmethod
+    def read(
+        cls,
+        path: Path,
+        *,
+        model_name: str | None = None,
+        gpu_model: str | None = None,
+        method: str | None = None,
+        model_max_length: int | None = None,
+        label: str = "launcher.table",
+    ) -> ReplayTable:
+        """Read ``path``, keeping the rows measured with the given fixed properties.
+
+        Raises:
+            SpecError: unreadable file, no objective column, a value that does not parse, or no
+                row left for the study.
+        """
+        if not path.is_file():
+            raise SpecError(file=str(path), field=label, problem="file does not exist")
+        if path.stat().st_size > MAX_TABLE_BYTES:
+            raise SpecError(file=str(path), field=label, problem=f"larger than {MAX_TABLE_BYTES} bytes")
+        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+            reader = csv.DictReader(fh)
+            columns = [c for c in (reader.fieldnames or []) if c is not None]
+            if OBJECTIVE not in columns:
+                raise SpecError(file=str(path), field=label, problem=f"has no {OBJECTIVE} column")
+            fixed = {
+                "model_name": model_name,
+                "gpu_model": gpu_model,
+                "method": method,
+                "model_max_length": None if "model_max_length" not in columns else model_max_length,
+            }
+            rows = []
+            for line, raw in enumerate(reader, start=2):
+                try:
+                    if any(
+                        want is not None and name in raw and str(raw[name]).strip() != str(want)
+                        for name, want in fixed.items()
+                    ):
+                        continue
+                    params = _normalise({c: _parse(c, raw[c] or "") for c in columns if c in PARAMETERS})
+                    values = {
+                        c: float(raw[c])
+                        for c in columns
+                        if c not in PARAMETERS and raw.get(c) not in (None, "") and _is_number(raw[c])
+                    }
+                    valid = _bool(raw["is_valid"] or "1") if "is_valid" in raw else True
+                except ValueError as exc:
+                    raise SpecError(file=str(path), field=f"line {line}", problem=str(exc)) from None
+                rows.append(_Row(line=line, params=params, values=values, valid=valid))
+        if not rows:
+            wanted = ", ".join(f"{k}={v}" for k, v in fixed.items() if v is not None and k in columns)
+            raise SpecError(file=str(path), field=label, problem=f"no row matches the study ({wanted})")
+        return cls(path=path, columns=columns, rows=rows)
+
+    def lookup(self, config: TrialConfig) -> list[_Row]:
+        """The rows measured with ``config`` (parameters without a column are not compared)."""
+        want = _normalise({name: getattr(config, name) for name in self.parameters})
+        return [row for row in self.rows if all(row.params.get(k) == v for k, v in want.items())]
+
+    def missing_columns(self, configs: Iterable[TrialConfig]) -> list[str]:
+        """Configuration fields that vary over ``configs`` but have no column in the table."""
+        seen: dict[str, set[Any]] = {}
+        for config in configs:
+            for f in fields(TrialConfig):
+                seen.setdefault(f.name, set()).add(getattr(config, f.name))
+        return sorted(
+            name
+            for name, values in seen.items()
+            if len(values) > 1 and name not in self.parameters and name in PARAMETERS
+        )
+
+    def measurement(self, config: TrialConfig) -> Measurement:
+        """What the table says about ``config``."""
+        rows = self.lookup(config)
+        if not rows:
+            return Measurement(
+                outcome=Outcome.FAILED,
+                error=f"not in the replay table {self.path.name}: {config.key()}",
+                extra={"replay": "absent"},
+            )
+        valid = [r for r in rows if r.valid and OBJECTIVE in r.values]
+        lines = [r.line for r in rows]
+        if not valid:
+            return Measurement(
+                outcome=Outcome.OOM,
+                error=f"is_valid=0 in the replay table {self.path.name} (line {lines[0]})",
+                extra={"replay": "infeasible", "replay_lines": lines},
+            )
+        tput = statistics.median(r.values[OBJECTIVE] for r in valid)
+        row = min(valid, key=lambda r: abs(r.values[OBJECTIVE] - tput))
+        return Measurement(
+            outcome=Outcome.OK,
+            properties=_properties(row.values, tput, config),
+            wall_seconds=row.values.get("train_runtime", 0.0),
+            extra={"replay": "row", "replay_lines": lines},
+        )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _properties(values: dict[str, float], tput: float, config: TrialConfig) -> Properties:
+    """Properties from a table row; what the table does not hold is NaN (never invented)."""
+    nan = math.nan
+
+    def get(name: str) -> float:
+        return values.get(name, nan)
+
+    system_names = [n for n in values if n.startswith(("gpu_", "cpu_"))]
+    return Properties(
+        dataset_tokens_per_second=values.get("dataset_tokens_per_second", tput * config.number_gpus),
+        dataset_tokens_per_second_per_gpu=tput,
+        train_tokens_per_second=get("train_tokens_per_second"),
+        train_runtime=get("train_runtime"),
+        train_samples_per_second=get("train_samples_per_second"),
+        train_steps_per_second=get("train_steps_per_second"),
+        peak_memory_gib=get("peak_memory_gib"),
+        peak_memory_allocated_gib=get("peak_memory_allocated_gib"),
+        measured_steps=int(values.get("measured_steps", 0)),
+        warmup_steps=int(values.get("warmup_steps", 0)),
+        measured_seconds=get("measured_seconds"),
+        warmup_seconds=get("warmup_seconds"),
+        step_time_mean=get("step_time_mean"),
+        step_time_cv=get("step_time_cv"),
+        step_time_rel_ci=values.get("step_time_rel_ci"),
+        stop_reason="replay",
+        model_flops_per_token=get("model_flops_per_token"),
+        peak_flops=get("peak_flops"),
+        mfu=get("mfu"),
+        hfu=get("hfu"),
+        system={n: values[n] for n in system_names},
+        measured_dataset_tokens=int(values.get("measured_dataset_tokens", 0)),
+        measured_train_tokens=int(values.get("measured_train_tokens", 0)),
+        measured_samples=int(values.get("measured_samples", 0)),
+        device="replay",
+    )
+
+
+class ReplayLauncher:
+    """Same interface as :class:`~explorer.launch.RayLauncher`; every trial is answered at once."""
+
+    def __init__(self, *, table: ReplayTable, total_gpus: int) -> None:
+        self.table = table
+        self.total_gpus = total_gpus
+        self._done: list[tuple[int, Measurement]] = []
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def shutdown(self) -> None:
+        self._done.clear()
+
+    @property
+    def gpus_in_use(self) -> int:
+        return 0
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._done)
+
+    def fits(self, number_gpus: int) -> bool:
+        return number_gpus <= self.total_gpus
+
+    def submit(self, job: TrialJob) -> None:
+        self._done.append((job.trial_number, self.table.measurement(job.config)))
+
+    def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
+        done, self._done = self._done, []
+        return done

@@ -1,0 +1,58 @@
+"""Which launcher a study file asks for, and the interface every launcher offers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from explorer.job import TrialJob
+from explorer.measurement import Measurement
+
+if TYPE_CHECKING:
+    from explorer.spec import LoadedStudy, ResourcesSpec, StudySpec
+
+__all__ = ["Launcher", "launcher_for"]
+
+
+class Launcher(Protocol):
+    """Dispatches trial jobs and hands back their measurements (Ray actors, or a recorded table)."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def fits(self, number_gpus: int) -> bool: ...
+
+    def submit(self, job: TrialJob) -> None: ...
+
+    def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]: ...
+
+
+def launcher_for(
+    loaded: LoadedStudy, *, output_dir: Path, resources: ResourcesSpec | None = None
+) -> Launcher:
+    """The launcher of ``loaded``'s ``launcher.kind`` (``resources`` overrides the study's)."""
+    spec = loaded.spec
+    if spec.launcher.kind == "replay":
+        from explorer.launch._replay import ReplayLauncher, ReplayTable
+
+        assert loaded.replay_table is not None  # the loader resolved and checked it
+        table = ReplayTable.read(loaded.replay_table, **replay_selection(spec))
+        return ReplayLauncher(table=table, total_gpus=(resources or spec.resources).total_gpus)
+    from explorer.launch._ray import RayLauncher
+
+    return RayLauncher.for_study(spec, output_dir=output_dir, resources=resources)
+
+
+def replay_selection(spec: StudySpec) -> dict[str, Any]:
+    """The properties a study holds fixed, which select the rows of a replay table."""
+    workload = spec.workload
+    return {
+        "model_name": workload.model.name,
+        "gpu_model": spec.resources.gpu_model,
+        "method": workload.method.kind,
+        "model_max_length": workload.model_max_length,
+    }

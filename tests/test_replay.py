@@ -1,0 +1,141 @@
+"""The replay launcher: trials answered from a recorded table (ado's CSV export layout).
+
+``tests/data/ado_sample.csv`` is the four-row sample export printed in ado's documentation (seed 000).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+
+from explorer.errors import SpecError
+from explorer.launch import ReplayTable, launcher_for
+from explorer.measurement import Outcome
+from explorer.spec import load_study
+from explorer.study import config_of, open_study, optimize, status_of
+from explorer.trial_config import TrialConfig
+
+ADO_SAMPLE = Path(__file__).resolve().parent / "data" / "ado_sample.csv"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def _cfg(**kw) -> TrialConfig:
+    base = dict(number_gpus=1, distributed_backend="NONE", gradient_checkpointing=False, model_max_length=128)
+    return TrialConfig(**(base | kw))
+
+
+def test_reads_ados_own_export():
+    table = ReplayTable.read(ADO_SAMPLE, model_name="granite-3.1-2b", gpu_model=A100, model_max_length=512)
+    assert len(table.rows) == 2  # the 512-token rows; the 1024-token ones belong to another study
+    m = table.measurement(_cfg(batch_size=2, model_max_length=512))
+    assert m.outcome is Outcome.OK and m.extra["replay_lines"] == [2]
+    p = m.properties
+    assert p is not None and p.dataset_tokens_per_second_per_gpu == pytest.approx(2744.108442306281)
+    assert p.system["gpu_memory_utilization_peak"] == pytest.approx(31.498108)
+    assert p.train_runtime == pytest.approx(31.3457) and math.isnan(p.mfu)  # not in the table: NaN
+    absent = table.measurement(_cfg(batch_size=4, model_max_length=512))
+    assert absent.outcome is Outcome.FAILED and "not in the replay table ado_sample.csv" in (absent.error or "")
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _row(bs: int, ckpt: bool, tput: float, valid: int = 1, **kw) -> dict:
+    row = dict(
+        model_name="tiny-llama",
+        gpu_model="CPU-logical",
+        model_max_length=64,
+        number_gpus=1,
+        batch_size=bs,
+        gradient_checkpointing=ckpt,
+        dataset_tokens_per_second_per_gpu=tput,
+        is_valid=valid,
+    )
+    return row | kw
+
+
+def test_invalid_rows_are_oom_and_repeats_take_the_median(tmp_path):
+    path = _write(
+        tmp_path / "t.csv",
+        [
+            _row(4, False, 100.0),
+            _row(4, False, 130.0),
+            _row(4, False, 120.0),
+            _row(8, False, 0.0, valid=0),
+            _row(8, True, 150.0, valid=0),
+            _row(8, True, 140.0),
+        ],
+    )
+    table = ReplayTable.read(path, model_name="tiny-llama", gpu_model="CPU-logical", model_max_length=64)
+    ok = table.measurement(_cfg(batch_size=4, model_max_length=64))
+    assert ok.outcome is Outcome.OK and ok.properties.dataset_tokens_per_second_per_gpu == 120.0
+    oom = table.measurement(_cfg(batch_size=8, model_max_length=64))
+    assert oom.outcome is Outcome.OOM and "is_valid=0" in (oom.error or "")
+    mixed = table.measurement(_cfg(batch_size=8, gradient_checkpointing=True, model_max_length=64))
+    assert mixed.outcome is Outcome.OK and mixed.properties.dataset_tokens_per_second_per_gpu == 140.0
+
+
+def test_one_gpu_rows_match_whatever_backend_they_name(tmp_path):
+    """ado writes distributed_backend=FSDP on 1-GPU rows too; a single GPU has no backend."""
+    rows = [_row(4, False, 100.0, distributed_backend="FSDP", fsdp_sharding_strategy="FULL_SHARD")]
+    rows.append(_row(4, False, 60.0, number_gpus=2, distributed_backend="DDP", fsdp_sharding_strategy=""))
+    table = ReplayTable.read(_write(tmp_path / "t.csv", rows), model_name="tiny-llama", model_max_length=64)
+    one = table.measurement(_cfg(batch_size=4, model_max_length=64))
+    two = table.measurement(_cfg(batch_size=4, number_gpus=2, distributed_backend="DDP", model_max_length=64))
+    assert one.properties.dataset_tokens_per_second_per_gpu == 100.0
+    assert two.properties.dataset_tokens_per_second_per_gpu == 60.0
+
+
+def test_a_row_that_does_not_parse_names_its_line(tmp_path):
+    path = _write(tmp_path / "t.csv", [_row(4, False, 1.0), _row("eight", False, 1.0)])
+    with pytest.raises(SpecError, match="line 3"):
+        ReplayTable.read(path)
+
+
+def test_optimize_replays_a_study_without_running_anything(write_study, tmp_path):
+    """A real Optuna study (sqlite) over a recorded table: no Ray, no worker process."""
+    import ray
+
+    recorded = {(bs, ckpt): (200.0 if ckpt else 300.0) - bs for bs in (4, 8, 16) for ckpt in (False, True)}
+    recorded[(32, True)] = 150.0
+    rows = [_row(bs, ckpt, tput) for (bs, ckpt), tput in recorded.items()]
+    _write(tmp_path / "table.csv", [*rows, _row(32, False, 0.0, valid=0)])
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/s.db",
+            "n_trials": 8,
+            "launcher": {"kind": "replay", "table": "table.csv"},
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4, 8, 16, 32, 64]},
+                    "number_gpus": 1,
+                    "gradient_checkpointing": {"choices": [False, True]},
+                }
+            },
+        }
+    )
+    loaded = load_study(path)
+    assert type(launcher_for(loaded, output_dir=tmp_path)).__name__ == "ReplayLauncher"
+    lines: list[str] = []
+    optimize(loaded, printer=lines.append)
+    assert not ray.is_initialized()
+    study = open_study(loaded, create=False)
+    by_status: dict[str, list] = {}
+    for t in study.get_trials():
+        by_status.setdefault(status_of(t), []).append(t)
+    for t in by_status.get("ok", []):
+        c = config_of(t)
+        assert t.values[0] == recorded[(c.batch_size, c.gradient_checkpointing)]
+    for t in by_status.get("oom", []):
+        assert (config_of(t).batch_size, config_of(t).gradient_checkpointing) == (32, False)
+    absent = [t for t in study.get_trials() if "not in the replay table" in str(t.user_attrs.get("error"))]
+    assert all(config_of(t).batch_size == 64 for t in absent)
+    assert by_status.get("ok"), lines
