@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from explorer.study import OBJECTIVE, config_of, describe, mask_url, open_study, status_of
+from explorer.study import (
+    OBJECTIVE,
+    answered_without_running,
+    config_of,
+    describe,
+    mask_url,
+    open_study,
+    status_of,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -21,7 +29,7 @@ def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     ok = [
         t
         for t in study.get_trials(deepcopy=False)
-        if status_of(t) == "ok" and t.value is not None and "reused_from" not in t.user_attrs
+        if status_of(t) == "ok" and t.value is not None and not answered_without_running(t)
     ]
     return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
 

@@ -289,6 +289,10 @@ class StudySpec(_Spec):
     """Stop launching new trials after this many seconds of this run."""
     parallel_trials: PositiveInt = 1
     """Trials in flight at once, as far as the GPUs allow."""
+    infer_oom: bool = True
+    """Record a configuration that needs at least the memory of a known OOM (larger per-device
+    batch, longer sequences, checkpointing off, less sharding, fewer GPUs under sharding; all else
+    equal) as OOM without running it, citing that trial (``inferred_from``)."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

@@ -1,9 +1,11 @@
 """The persistent Optuna study: storage, sampler, recording outcomes, resume, and the optimize loop."""
 
+from explorer.study._inference import fits_by_dominance, inferred_oom, memory_dominates
 from explorer.study._optimize import OptimizeResult, describe, open_study, optimize
 from explorer.study._record import (
     COUNTED,
     OBJECTIVE,
+    answered_without_running,
     config_of,
     counted_trials,
     record_outcome,
@@ -16,10 +18,14 @@ __all__ = [
     "COUNTED",
     "OBJECTIVE",
     "OptimizeResult",
+    "answered_without_running",
     "config_of",
     "counted_trials",
     "describe",
+    "fits_by_dominance",
+    "inferred_oom",
     "mask_url",
+    "memory_dominates",
     "open_storage",
     "open_study",
     "optimize",

@@ -11,11 +11,15 @@ from typing import TYPE_CHECKING
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
+from explorer.study._inference import inferred_oom
 from explorer.study._record import (
     OBJECTIVE,
+    answered_without_running,
+    config_of,
     counted_trials,
     frozen,
     record_driver,
+    record_inferred_oom,
     record_outcome,
     record_reuse,
     status_of,
@@ -35,7 +39,8 @@ __all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
 MAX_REUSE_STREAK = 30
-"""Stop asking after this many proposals in a row were all already measured (space exhausted)."""
+"""Stop asking after this many proposals in a row were all answered without running (already
+measured, or inferred OOM): the sampler has nothing new to try."""
 
 
 @dataclass(frozen=True)
@@ -145,8 +150,9 @@ def optimize(
     measured = {
         t.user_attrs["config_key"]: t
         for t in study.get_trials(deepcopy=False)
-        if status_of(t) in ("ok", "oom") and "reused_from" not in t.user_attrs
+        if status_of(t) in ("ok", "oom") and not answered_without_running(t)
     }
+    ooms = [(t.number, config_of(t)) for t in measured.values() if status_of(t) == "oom"]
     reuse_streak = 0
     launcher_started = False
     try:
@@ -180,7 +186,7 @@ def optimize(
                         )
                     )
                     if reuse_streak == MAX_REUSE_STREAK:
-                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all measured already")
+                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
                     continue
                 reason = invalid_reason(config, spec.resources)
                 if reason is not None:
@@ -189,6 +195,15 @@ def optimize(
                     printer(
                         _line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best)
                     )
+                    continue
+                proof = inferred_oom(config, ooms) if spec.infer_oom else None
+                if proof is not None:
+                    record_inferred_oom(study, trial, proof)
+                    reuse_streak += 1
+                    why = f"inferred from OOM trial {proof}"
+                    printer(_line(done, spec.n_trials, trial.number, "oom", describe(config), why, best))
+                    if reuse_streak == MAX_REUSE_STREAK:
+                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
                     continue
                 queued = _InFlight(trial, config, attempt)
             if queued is not None and launcher.fits(queued.config.number_gpus):
@@ -209,6 +224,8 @@ def optimize(
                 if status in ("ok", "oom"):
                     measured[flight.config.key()] = frozen(study, flight.trial)
                     reuse_streak = 0
+                if status == "oom":
+                    ooms.append((number, flight.config))
                 if retry:
                     requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
                 else:
@@ -233,7 +250,13 @@ def optimize(
             launcher.shutdown()
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        s = "reused" if "reused_from" in t.user_attrs else (status_of(t) or t.state.name.lower())
+        s = (
+            "reused"
+            if "reused_from" in t.user_attrs
+            else "inferred"
+            if "inferred_from" in t.user_attrs
+            else (status_of(t) or t.state.name.lower())
+        )
         statuses[s] = statuses.get(s, 0) + 1
     return OptimizeResult(
         study_name=spec.name,

@@ -8,7 +8,8 @@
 
 Statuses that count towards ``n_trials``: ok, oom, invalid, failed. A configuration proposed again
 after it was measured (ok or oom) is answered from that measurement without running
-(``reused_from``) and does not count.
+(``reused_from``) and does not count; nor does an OOM inferred from a measured one
+(``inferred_from``, see :mod:`explorer.study._inference`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ __all__ = [
     "counted_trials",
     "counts",
     "frozen",
+    "answered_without_running",
     "record_driver",
+    "record_inferred_oom",
     "record_reuse",
     "record_outcome",
     "status_of",
@@ -54,9 +57,14 @@ def frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial
     return study._storage.get_trial(trial._trial_id)
 
 
+def answered_without_running(trial: optuna.trial.FrozenTrial) -> bool:
+    """Reused or inferred: the study spent nothing on it."""
+    return "reused_from" in trial.user_attrs or "inferred_from" in trial.user_attrs
+
+
 def counts(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether ``trial`` counts towards ``n_trials``: finished for good, and not a free reuse."""
-    return status_of(trial) in COUNTED and "reused_from" not in trial.user_attrs
+    return status_of(trial) in COUNTED and not answered_without_running(trial)
 
 
 def counted_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -80,6 +88,19 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
         trial.set_constraint(key, value)
     study.tell(trial, source.value)
     return str(status_of(source))
+
+
+def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -> str:
+    """Record ``trial`` as OOM without running it: it dominates trial ``source``, which ran out of
+    memory. It does not count towards ``n_trials``."""
+    trial.set_user_attr("inferred_from", source)
+    trial.set_user_attr("wall_seconds", 0.0)
+    trial.set_user_attr("is_valid", 0)
+    trial.set_user_attr("status", Outcome.OOM.value)
+    trial.set_user_attr("error", f"inferred: needs at least the memory of trial {source}, which ran out")
+    trial.set_constraint(CONSTRAINT, 1.0)
+    study.tell(trial, INFEASIBLE_PLACEHOLDER)
+    return Outcome.OOM.value
 
 
 def config_of(trial: optuna.trial.FrozenTrial) -> TrialConfig:
