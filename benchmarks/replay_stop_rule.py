@@ -23,6 +23,7 @@ from explorer.worker._stopping import decide
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = [
     ROOT / "benchmarks" / "results" / "measurement_quality.unbalanced.jsonl",
+    ROOT / "benchmarks" / "results" / "measurement_quality.slow-reap.jsonl",
     ROOT / "benchmarks" / "results" / "measurement_quality.jsonl",
     ROOT / "benchmarks" / "results" / "measurement_quality.cold-start.jsonl",
 ]

@@ -121,7 +121,10 @@ def test_a_study_infers_ooms_instead_of_running_them(infer, write_study, tmp_pat
     if not infer:
         assert inferred == []
         return
-    assert {config_of(t).batch_size for t in inferred if not config_of(t).gradient_checkpointing} >= {128, 256}
+    assert {config_of(t).batch_size for t in inferred if not config_of(t).gradient_checkpointing} >= {
+        128,
+        256,
+    }
     by_number = {t.number: t for t in trials}
     for t in inferred:
         proof = by_number[t.user_attrs["inferred_from"]]

@@ -37,7 +37,9 @@ def test_reads_ados_own_export():
     assert p.system["gpu_memory_utilization_peak"] == pytest.approx(31.498108)
     assert p.train_runtime == pytest.approx(31.3457) and math.isnan(p.mfu)  # not in the table: NaN
     absent = table.measurement(_cfg(batch_size=4, model_max_length=512))
-    assert absent.outcome is Outcome.FAILED and "not in the replay table ado_sample.csv" in (absent.error or "")
+    assert absent.outcome is Outcome.FAILED and "not in the replay table ado_sample.csv" in (
+        absent.error or ""
+    )
 
 
 def _write(path: Path, rows: list[dict]) -> Path:
