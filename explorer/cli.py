@@ -50,6 +50,20 @@ def _parser() -> argparse.ArgumentParser:
     mea.add_argument("--no-memory-cap", action="store_true", help="ignore the study's device_memory_gib")
     mea.add_argument("--json", metavar="PATH", help="also write every measurement as JSON lines")
 
+    bench = sub.add_parser(
+        "benchmark-search",
+        help="replay a recorded table: how many trials each sampler needs to find its best",
+        description="Run the study against TABLE (a CSV in ado's export layout) REPEATS times per "
+        "variant (default: the study's sampler with OOM inference; random; Optuna's TPE defaults) "
+        "and report the trials needed to reach 98%% of the table's best.",
+    )
+    bench.add_argument("study", metavar="STUDY.yaml")
+    bench.add_argument("--table", required=True, metavar="CSV")
+    bench.add_argument("--repeats", type=int, default=20, metavar="R")
+    bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
+    bench.add_argument("--variants", default="default,random,optuna", metavar="LIST")
+    bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -66,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "measure":
             return _measure(args)
+        if args.command == "benchmark-search":
+            return _benchmark_search(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -137,6 +153,29 @@ def _measure(args: argparse.Namespace) -> int:
             f"stability over {s.n}: f_gpu_oom {s.f_gpu_oom:.2f}  f_other_error {s.f_other_error:.2f}  "
             f"f_no_error {s.f_no_error:.2f}  mean {s.mean:.1f} tok/s/gpu  CV {100 * s.cv:.1f}%"
         )
+    return 0
+
+
+def _benchmark_search(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.search_benchmark import VARIANTS, benchmark_search, format_table, to_json
+    from explorer.spec import load_study
+
+    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown or not variants:
+        raise SpecError(
+            file="--variants", field="", problem=f"{unknown or 'none'}; known: {', '.join(VARIANTS)}"
+        )
+    for name in ("repeats", "n_trials"):
+        if getattr(args, name) < 1:
+            raise SpecError(file=f"--{name.replace('_', '-')}", field="", problem="must be at least 1")
+    loaded = load_study(args.study, replay_table=args.table)
+    result = benchmark_search(loaded, repeats=args.repeats, n_trials=args.n_trials, variants=variants)
+    print(format_table(result))
+    if args.json:
+        Path(args.json).write_text(to_json(result))
     return 0
 
 

@@ -118,7 +118,13 @@ def _default_storage(base: Path, name: str) -> str:
     return f"sqlite:///{(base / f'{name}.db').resolve()}"
 
 
-def load_study(path: str | Path, *, storage: str | None = None, n_trials: int | None = None) -> LoadedStudy:
+def load_study(
+    path: str | Path,
+    *,
+    storage: str | None = None,
+    n_trials: int | None = None,
+    replay_table: str | Path | None = None,
+) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
     Nothing is written anywhere. Command-line overrides are applied and validated too.
@@ -140,6 +146,12 @@ def load_study(path: str | Path, *, storage: str | None = None, n_trials: int | 
         raw = {**raw, "n_trials": n_trials}
     if storage is not None:
         raw = {**raw, "storage": storage}
+    if replay_table is not None:  # answer the study from a recorded table (benchmark-search)
+        if not Path(replay_table).is_file():
+            raise SpecError(file="--table", field="", problem=f"{replay_table} does not exist")
+        launcher = raw.get("launcher")
+        keep = {k: v for k, v in launcher.items() if k == "max_retries"} if isinstance(launcher, dict) else {}
+        raw = {**raw, "launcher": {**keep, "kind": "replay", "table": str(Path(replay_table).resolve())}}
     try:
         spec = StudySpec.model_validate(raw)
     except ValidationError as exc:

@@ -81,17 +81,24 @@ def describe(config: TrialConfig) -> str:
     return " ".join(parts)
 
 
-def open_study(loaded: LoadedStudy, *, create: bool) -> optuna.Study:
-    """The study in its storage; ``create`` makes it if missing (else it must exist)."""
+def open_study(
+    loaded: LoadedStudy, *, create: bool, sampler: optuna.samplers.BaseSampler | None = None
+) -> optuna.Study:
+    """The study in its storage; ``create`` makes it if missing (else it must exist).
+
+    Args:
+        sampler: instead of the study file's (``benchmark-search`` compares samplers this way).
+    """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
+    sampler = sampler or make_sampler(loaded.spec.sampler)
     if create:
         study = optuna.create_study(
             study_name=loaded.spec.name,
             storage=storage,
-            sampler=make_sampler(loaded.spec.sampler),
+            sampler=sampler,
             direction="maximize",
             load_if_exists=True,
         )
@@ -100,9 +107,7 @@ def open_study(loaded: LoadedStudy, *, create: bool) -> optuna.Study:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names([OBJECTIVE])
         return study
-    return optuna.load_study(
-        study_name=loaded.spec.name, storage=storage, sampler=make_sampler(loaded.spec.sampler)
-    )
+    return optuna.load_study(study_name=loaded.spec.name, storage=storage, sampler=sampler)
 
 
 def _enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
@@ -123,13 +128,18 @@ def optimize(
     printer: Printer = print,
     launcher: Launcher | None = None,
     reclaim_all: bool = False,
+    sampler: optuna.samplers.BaseSampler | None = None,
 ) -> OptimizeResult:
-    """Run the study until ``n_trials`` trials count (resuming whatever is already stored)."""
+    """Run the study until ``n_trials`` trials count (resuming whatever is already stored).
+
+    Args:
+        sampler: instead of the study file's.
+    """
     from explorer.launch import launcher_for
 
     spec = loaded.spec
     started = time.monotonic()
-    study = open_study(loaded, create=True)
+    study = open_study(loaded, create=True, sampler=sampler)
     reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
     if reclaimed:
         printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")

@@ -1,0 +1,202 @@
+"""``explorer benchmark-search``: how fast does a sampler find the best configuration of a table?
+
+Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
+fresh sqlite study per repeat, with seeds 0..R-1:
+
+* ``default``: the study file's sampler (explorer's TPE: multivariate, grouped, constant liar) with
+  OOM inference on;
+* ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
+* ``optuna``: Optuna's TPESampler with its defaults; OOM is still a constraint, no inference.
+
+A trial counts as in a study: reused and inferred answers are free; every measured trial counts,
+OOM included. The target is 98% of the best feasible value the table holds for the study's space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.launch._replay import OBJECTIVE, ReplayTable
+from explorer.launch._select import replay_selection
+from explorer.spec import LoadedStudy
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
+
+VARIANTS = ("default", "random", "optuna")
+TARGET = 0.98
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRun:
+    """One study run against the table: the counted trials' values in order (``None``: infeasible)."""
+
+    variant: str
+    seed: int
+    values: list[float | None]
+    inferred: int
+    reused: int
+
+    def trials_to(self, target: float) -> int | None:
+        """1-based index of the first counted trial at or above ``target``; ``None`` if never."""
+        for i, v in enumerate(self.values, start=1):
+            if v is not None and v >= target:
+                return i
+        return None
+
+    def best_after(self, n: int) -> float:
+        feasible = [v for v in self.values[:n] if v is not None]
+        return max(feasible, default=0.0)
+
+
+def best_in_table(loaded: LoadedStudy, table: ReplayTable) -> tuple[float, int, int]:
+    """(best feasible value, configurations of the space in the table, of the space missing from it)."""
+    from explorer.measurement import Outcome
+    from explorer.validity import invalid_reason
+
+    best, present, missing = 0.0, 0, 0
+    for config in loaded.space.enumerate():
+        if invalid_reason(config, loaded.spec.resources) is not None:
+            continue
+        m = table.measurement(config)
+        if m.outcome is Outcome.FAILED:
+            missing += 1
+            continue
+        present += 1
+        if m.outcome is Outcome.OK and m.properties is not None:
+            best = max(best, m.properties.dataset_tokens_per_second_per_gpu)
+    return best, present, missing
+
+
+def _sampler(variant: str, loaded: LoadedStudy, seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
+    from explorer.study._sampler import make_sampler
+
+    if variant == "default":
+        return make_sampler(loaded.spec.sampler.model_copy(update={"seed": seed}))
+    if variant == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if variant == "optuna":
+        return optuna.samplers.TPESampler(seed=seed)
+    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+
+
+def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int, folder: Path) -> SearchRun:
+    """One fresh study of ``n_trials`` counted trials against the replay table."""
+    from explorer.study import open_study, optimize, status_of
+    from explorer.study._record import counts
+
+    spec = loaded.spec.model_copy(update={"n_trials": n_trials, "infer_oom": variant == "default"})
+    url = f"sqlite:///{folder / f'{variant}-{seed}.db'}"
+    run = dataclasses.replace(loaded, spec=spec, storage_url=url)
+    optimize(run, printer=lambda _: None, sampler=_sampler(variant, loaded, seed))
+    trials = open_study(run, create=False).get_trials(deepcopy=False)
+    counted = [t for t in sorted(trials, key=lambda t: t.number) if counts(t)]
+    return SearchRun(
+        variant=variant,
+        seed=seed,
+        values=[t.value if status_of(t) == "ok" else None for t in counted],
+        inferred=sum("inferred_from" in t.user_attrs for t in trials),
+        reused=sum("reused_from" in t.user_attrs for t in trials),
+    )
+
+
+def summarize_runs(
+    runs: list[SearchRun], *, best: float, within: int = 30, after: int = 20
+) -> dict[str, Any]:
+    """The figures of one variant's runs."""
+    target = TARGET * best
+    needed = [r.trials_to(target) for r in runs]
+    reached = [n for n in needed if n is not None]
+    # a run that never reached the target counts as needing more than it had
+    ranked = sorted(n if n is not None else math.inf for n in needed)
+    counted = sum(len(r.values) for r in runs)
+    infeasible = sum(v is None for r in runs for v in r.values)
+    return {
+        "runs": len(runs),
+        "median_trials_to_98pct": statistics.median(ranked) if ranked else math.inf,
+        "p90_trials_to_98pct": ranked[min(len(ranked) - 1, math.ceil(0.9 * len(ranked)) - 1)]
+        if ranked
+        else math.inf,
+        f"share_reached_within_{within}": sum(n <= within for n in reached) / len(runs),
+        f"mean_best_after_{after}_over_best": statistics.mean(r.best_after(after) / best for r in runs),
+        "share_infeasible_trials": infeasible / counted if counted else 0.0,
+        "inferred_per_run": statistics.mean(r.inferred for r in runs),
+        "trials_to_98pct": [n for n in needed],
+    }
+
+
+def benchmark_search(
+    loaded: LoadedStudy,
+    *,
+    repeats: int,
+    n_trials: int,
+    variants: tuple[str, ...] = VARIANTS,
+    on_run: Callable[[SearchRun], None] | None = None,
+) -> dict[str, Any]:
+    """Every variant ``repeats`` times; returns the table's best and each variant's figures."""
+    assert loaded.replay_table is not None, "benchmark-search needs a replay table"
+    table = ReplayTable.read(loaded.replay_table, **replay_selection(loaded.spec))
+    best, present, missing = best_in_table(loaded, table)
+    out: dict[str, Any] = {
+        "table": str(loaded.replay_table),
+        "objective": OBJECTIVE,
+        "best": best,
+        "configurations_in_table": present,
+        "configurations_missing": missing,
+        "n_trials": n_trials,
+        "variants": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="explorer-search-") as tmp:
+        for variant in variants:
+            runs = []
+            for seed in range(repeats):
+                run = run_once(loaded, variant, seed, n_trials=n_trials, folder=Path(tmp))
+                runs.append(run)
+                if on_run is not None:
+                    on_run(run)
+            out["variants"][variant] = summarize_runs(runs, best=best)
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The figures as a fixed-width table."""
+    head = f"{'variant':8} {'median':>7} {'p90':>5} {'<=30':>6} {'best@20':>8} {'infeasible':>10} {'inferred':>8}"
+    lines = [
+        f"table {result['table']}: best {result['best']:.1f} {result['objective']}, "
+        f"{result['configurations_in_table']} configurations ({result['configurations_missing']} of the space missing)",
+        head,
+    ]
+    for name, v in result["variants"].items():
+        lines.append(
+            f"{name:8} {v['median_trials_to_98pct']:>7} {v['p90_trials_to_98pct']:>5} "
+            f"{v['share_reached_within_30']:>6.0%} {v['mean_best_after_20_over_best']:>8.3f} "
+            f"{v['share_infeasible_trials']:>10.0%} {v['inferred_per_run']:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+def to_json(result: dict[str, Any]) -> str:
+    """Strict JSON: a target never reached (infinite trials) is ``null``."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and math.isinf(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(result), indent=2, allow_nan=False)
