@@ -64,6 +64,14 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--variants", default="default,random,optuna", metavar="LIST")
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
 
+    exp = sub.add_parser(
+        "export",
+        help="write a study's measured trials as a CSV (ado's show-entities layout; replayable)",
+    )
+    exp.add_argument("study", metavar="STUDY.yaml")
+    exp.add_argument("--storage", metavar="URL")
+    exp.add_argument("--csv", required=True, metavar="PATH")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -82,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _measure(args)
         if args.command == "benchmark-search":
             return _benchmark_search(args)
+        if args.command == "export":
+            return _export(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -176,6 +186,18 @@ def _benchmark_search(args: argparse.Namespace) -> int:
     print(format_table(result))
     if args.json:
         Path(args.json).write_text(to_json(result))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.export import export_csv
+    from explorer.spec import load_study
+
+    loaded = load_study(args.study, storage=args.storage)
+    n = export_csv(loaded, Path(args.csv))
+    print(f"{args.csv}: {n} trials")
     return 0
 
 

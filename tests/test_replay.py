@@ -141,3 +141,62 @@ def test_optimize_replays_a_study_without_running_anything(write_study, tmp_path
     absent = [t for t in study.get_trials() if "not in the replay table" in str(t.user_attrs.get("error"))]
     assert all(config_of(t).batch_size == 64 for t in absent)
     assert by_status.get("ok"), lines
+
+
+def test_an_export_replays_to_the_same_values(write_study, tmp_path):
+    """explorer export writes ado's layout; the replay launcher reads it back unchanged."""
+    import subprocess
+    import sys
+
+    recorded = {
+        (bs, ckpt): 500.0 - bs - (50.0 if ckpt else 0.0) for bs in (4, 8, 16) for ckpt in (False, True)
+    }
+    rows = [_row(bs, ckpt, tput) for (bs, ckpt), tput in recorded.items()]
+    _write(tmp_path / "table.csv", [*rows, _row(32, False, 0.0, valid=0), _row(32, True, 300.0)])
+    space = {
+        "parameters": {
+            "batch_size": {"values": [4, 8, 16, 32]},
+            "number_gpus": 1,
+            "gradient_checkpointing": {"choices": [False, True]},
+        }
+    }
+    first = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/a.db",
+            "n_trials": 8,
+            "sampler": {"kind": "grid"},
+            "launcher": {"kind": "replay", "table": "table.csv"},
+            "search_space": space,
+        },
+        name="a.yaml",
+    )
+    optimize(load_study(first), printer=lambda _: None)
+    export = tmp_path / "export.csv"
+    cmd = [sys.executable, "-m", "explorer", "export", str(first), "--csv", str(export)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    header = export.read_text().splitlines()[0].split(",")
+    assert {"identifier", "model_name", "gpu_model", "batch_size", "is_valid", "status"} <= set(header)
+    original = ReplayTable.read(tmp_path / "table.csv", model_name="tiny-llama", model_max_length=64)
+    again = ReplayTable.read(export, model_name="tiny-llama", gpu_model="CPU-logical", model_max_length=64)
+    assert len(again.rows) == 8  # the grid measured every configuration once
+    for bs in (4, 8, 16, 32):
+        for ckpt in (False, True):
+            config = _cfg(batch_size=bs, gradient_checkpointing=ckpt, model_max_length=64)
+            a, b = original.measurement(config), again.measurement(config)
+            assert a.outcome is b.outcome
+            if a.properties is not None:
+                assert (
+                    b.properties.dataset_tokens_per_second_per_gpu
+                    == a.properties.dataset_tokens_per_second_per_gpu
+                )
+
+
+def test_export_of_a_missing_study_is_one_line(write_study, tmp_path):
+    import subprocess
+    import sys
+
+    study = write_study({"storage": f"sqlite:///{tmp_path}/none.db"})
+    cmd = [sys.executable, "-m", "explorer", "export", str(study), "--csv", str(tmp_path / "x.csv")]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "no study 'test'" in done.stderr and "Traceback" not in done.stderr
