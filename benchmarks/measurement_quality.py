@@ -109,8 +109,9 @@ def steady_vs_long(
     steady = with_measurement(loaded, **rule)
     warmup = int(rule["warmup_steps"]) + int(rule["min_steps"])
     steps: list[int] = []
-    # spread evenly: 5 repeats, 3 long runs: S L S S L S S L; 2 long runs: S S L S S L S
-    long_after = {int((k + 0.5) * repeats / long_runs) for k in range(long_runs)}
+    # spread out, the first after two steady runs (its length is 5x the most steps seen so far):
+    # 5 repeats, 3 long runs: S S L S L S S L; 2 long runs: S S L S S L S
+    long_after = {max(1, int((k + 1) * repeats / long_runs) - 1) for k in range(long_runs)}
     for i in range(repeats):
         m = go(steady, config)
         record("steady", name, m)

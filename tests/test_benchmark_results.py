@@ -25,6 +25,8 @@ SUMMARIES = {
     "measurement_quality.drift-shift-partial": CPU,
     "measurement_quality.unbalanced": CPU,
     "measurement_quality.slow-reap": CPU,
+    "measurement_quality.disturbed": CPU,
+    "measurement_quality.short-long-runs": CPU,
     "measurement_quality": CPU,
     "gpu_check.h100": ["1gpu-bs8", "1gpu-bs32-ckpt"],
     "gpu_check.h100-bs8-rerun": ["1gpu-bs8"],

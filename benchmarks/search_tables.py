@@ -1,0 +1,192 @@
+"""Replay tables for ``explorer benchmark-search``, and the benchmark over them (issue 4).
+
+Two kinds of table:
+
+* measured: ``studies/cpu-table.yaml`` run whole on this machine's CPU and exported
+  (``benchmarks/results/tables/cpu-quickstart.csv``);
+* modelled: a memory and throughput model of one 8 x H100-80GB node for a given model (below),
+  written as ``benchmarks/results/tables/model-<name>.csv``.
+
+The model (deliberately simple; every constant is here):
+
+* memory per GPU = model states + activations + logits, OOM above 90% of 80 GiB:
+  - model states, full fine-tuning with AdamW in fp32 master weights: 16 bytes a parameter,
+    divided by N GPUs under FULL_SHARD, 4 + 12/N under SHARD_GRAD_OP, whole under NO_SHARD / DDP;
+  - activations: 34 * s * b * h bytes a layer without checkpointing (Korthikanti et al., flash
+    attention), 2 * s * b * h a layer plus one layer's 34 * s * b * h with checkpointing;
+  - logits: 10 * s * b * V bytes (bf16 logits, their fp32 copy and its gradient);
+* time per step = compute + 30% of communication (70% overlaps):
+  - compute = 6 * P * tokens (8 * P * tokens with checkpointing) / (989 TFLOP/s * efficiency),
+    efficiency = 0.55 * t / (t + 4096) for t tokens a GPU a step (small steps use the GPU badly);
+  - communication per step at 300 GB/s per GPU: DDP and NO_SHARD all-reduce fp32 gradients
+    (2 * 4P * (N-1)/N bytes); FULL_SHARD gathers bf16 parameters twice and reduce-scatters fp32
+    gradients (2 * 2P + 4P) * (N-1)/N; SHARD_GRAD_OP gathers once: (2P + 4P) * (N-1)/N;
+    FSDP2 is taken as 5% faster than FSDP1 at the same strategy;
+* throughput = dataset tokens a GPU a step / time (every entry fills the sequence).
+
+    .venv/bin/python benchmarks/search_tables.py tables           # write the modelled tables
+    .venv/bin/python benchmarks/search_tables.py search --repeats 20 --n-trials 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ROOT / "benchmarks" / "results" / "tables"
+GIB = 2**30
+PEAK = 989e12
+BANDWIDTH = 300e9
+OVERLAP = 0.7
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    params: float
+    hidden: int
+    layers: int
+    vocab: int
+
+
+MODELS = {
+    "granite-3.1-2b": Model("granite-3.1-2b", 2.5e9, 2048, 40, 49155),
+    "llama-3.1-8b": Model("llama-3.1-8b", 8.0e9, 4096, 32, 128256),
+}
+GPU = "NVIDIA-H100-80GB-HBM3"
+
+
+def memory_gib(m: Model, *, gpus: int, per_gpu_batch: int, seq: int, ckpt: bool, strategy: str) -> float:
+    p = m.params
+    states = {"FULL_SHARD": 16 * p / gpus, "SHARD_GRAD_OP": 4 * p + 12 * p / gpus}.get(strategy, 16 * p)
+    act_layer = 34 * seq * per_gpu_batch * m.hidden
+    acts = (2 * seq * per_gpu_batch * m.hidden * m.layers + act_layer) if ckpt else act_layer * m.layers
+    logits = 10 * seq * per_gpu_batch * m.vocab
+    return (states + acts + logits) / GIB
+
+
+def tokens_per_second_per_gpu(
+    m: Model, *, gpus: int, per_gpu_batch: int, seq: int, ckpt: bool, strategy: str, fsdp_version: int | None
+) -> float:
+    tokens = per_gpu_batch * seq
+    eff = 0.55 * tokens / (tokens + 4096)
+    compute = (8 if ckpt else 6) * m.params * tokens / (PEAK * eff)
+    share = (gpus - 1) / gpus
+    p = m.params
+    volume = {
+        "FULL_SHARD": (2 * 2 * p + 4 * p) * share,
+        "SHARD_GRAD_OP": (2 * p + 4 * p) * share,
+    }.get(strategy, 2 * 4 * p * share)
+    comm = volume / BANDWIDTH if gpus > 1 else 0.0
+    step = compute + (1 - OVERLAP) * comm
+    if fsdp_version == 2:
+        step /= 1.05
+    return tokens / step
+
+
+def model_rows(m: Model) -> list[dict]:
+    rows = []
+    for seq in (2048,):
+        for gpus in (1, 2, 4, 8):
+            for bs in (8, 16, 32, 64, 128):
+                if bs % gpus:
+                    continue
+                for ckpt in (False, True):
+                    if gpus == 1:
+                        backends = [("NONE", None, None)]
+                    else:
+                        backends = [("DDP", None, None)]
+                        backends += [("FSDP", 1, s) for s in ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")]
+                        backends += [("FSDP", 2, s) for s in ("FULL_SHARD", "SHARD_GRAD_OP")]
+                    for backend, version, strategy in backends:
+                        b = bs // gpus
+                        mem = memory_gib(
+                            m, gpus=gpus, per_gpu_batch=b, seq=seq, ckpt=ckpt, strategy=strategy or "DDP"
+                        )
+                        fits = mem <= 0.9 * 80
+                        tput = tokens_per_second_per_gpu(
+                            m,
+                            gpus=gpus,
+                            per_gpu_batch=b,
+                            seq=seq,
+                            ckpt=ckpt,
+                            strategy=strategy or "DDP",
+                            fsdp_version=version,
+                        )
+                        rows.append(
+                            {
+                                "model_name": m.name,
+                                "gpu_model": GPU,
+                                "model_max_length": seq,
+                                "number_gpus": gpus,
+                                "batch_size": bs,
+                                "gradient_checkpointing": ckpt,
+                                "distributed_backend": backend,
+                                "fsdp_version": version or "",
+                                "fsdp_sharding_strategy": strategy or "",
+                                "dataset_tokens_per_second_per_gpu": round(tput, 1) if fits else 0.0,
+                                "peak_memory_gib": round(mem, 2),
+                                "is_valid": int(fits),
+                            }
+                        )
+    return rows
+
+
+def write_tables() -> list[Path]:
+    TABLES.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for m in MODELS.values():
+        rows = model_rows(m)
+        path = TABLES / f"model-{m.name}.csv"
+        with path.open("w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        valid = [r for r in rows if r["is_valid"]]
+        best = max(r["dataset_tokens_per_second_per_gpu"] for r in valid)
+        near = sum(r["dataset_tokens_per_second_per_gpu"] >= 0.98 * best for r in valid)
+        print(f"{path.name}: {len(rows)} configurations, {len(valid)} fit, best {best:.0f}, {near} within 2%")
+        paths.append(path)
+    return paths
+
+
+def search(repeats: int, n_trials: int) -> dict:
+    from explorer.search_benchmark import benchmark_search, format_table, to_json
+    from explorer.spec import load_study
+
+    studies = {
+        "cpu-quickstart.csv": ROOT / "studies" / "cpu-table.yaml",
+        "model-granite-3.1-2b.csv": ROOT / "benchmarks" / "search_studies" / "granite-3.1-2b.yaml",
+        "model-llama-3.1-8b.csv": ROOT / "benchmarks" / "search_studies" / "llama-3.1-8b.yaml",
+    }
+    out = {}
+    for table, study in studies.items():
+        loaded = load_study(study, replay_table=TABLES / table)
+        result = benchmark_search(loaded, repeats=repeats, n_trials=n_trials)
+        print(format_table(result), flush=True)
+        out[table] = json.loads(to_json(result))
+    path = ROOT / "benchmarks" / "results" / "search_benchmark.json"
+    path.write_text(json.dumps(out, indent=2))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("what", choices=["tables", "search"])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--n-trials", type=int, default=40)
+    args = parser.parse_args()
+    if args.what == "tables":
+        write_tables()
+    else:
+        search(args.repeats, args.n_trials)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
