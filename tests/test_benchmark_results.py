@@ -75,3 +75,16 @@ def test_stop_rule_replay_recomputes(monkeypatch):
     committed = json.loads((RESULTS / "replay_stop_rule.summary.json").read_text())
     assert json.loads(json.dumps(bench.summarize(bench.DEFAULT))) == committed
     assert {r["reason"] for r in committed} <= {"stable", "max_steps", "max_seconds"}
+
+
+@pytest.mark.parametrize("model", ["granite-3.1-2b", "llama-3.1-8b"])
+def test_modelled_tables_recompute(model, monkeypatch):
+    import csv
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    tables = _bench("search_tables")
+    with (RESULTS / "tables" / f"model-{model}.csv").open(newline="") as fh:
+        committed = list(csv.DictReader(fh))
+    fresh = [{k: str(v) for k, v in row.items()} for row in tables.model_rows(tables.MODELS[model])]
+    assert committed == fresh
+    assert 100 <= len(fresh) <= 300
