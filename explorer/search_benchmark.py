@@ -3,8 +3,9 @@
 Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
 fresh sqlite study per repeat, with seeds 0..R-1:
 
-* ``default``: the study file's sampler (explorer's TPE: multivariate, grouped, constant liar) with
-  OOM inference on;
+* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar, 10 startup
+  trials) with OOM inference on, whatever sampler the study file names;
+* ``no-inference``: the same sampler with OOM inference off;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults; OOM is still a constraint, no inference.
 
@@ -18,10 +19,8 @@ import dataclasses
 import json
 import math
 import statistics
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.launch._replay import OBJECTIVE, ReplayTable
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
 
-VARIANTS = ("default", "random", "optuna")
+VARIANTS = ("default", "no-inference", "random", "optuna")
 TARGET = 0.98
 
 
@@ -81,10 +80,11 @@ def best_in_table(loaded: LoadedStudy, table: ReplayTable) -> tuple[float, int, 
 def _sampler(variant: str, loaded: LoadedStudy, seed: int) -> optuna.samplers.BaseSampler:
     import optuna
 
+    from explorer.spec import SamplerSpec
     from explorer.study._sampler import make_sampler
 
-    if variant == "default":
-        return make_sampler(loaded.spec.sampler.model_copy(update={"seed": seed}))
+    if variant in ("default", "no-inference"):
+        return make_sampler(SamplerSpec(kind="tpe", seed=seed))
     if variant == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if variant == "optuna":
@@ -92,16 +92,23 @@ def _sampler(variant: str, loaded: LoadedStudy, seed: int) -> optuna.samplers.Ba
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
-def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int, folder: Path) -> SearchRun:
-    """One fresh study of ``n_trials`` counted trials against the replay table."""
+def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> SearchRun:
+    """One fresh study of ``n_trials`` counted trials against the replay table (Optuna's
+    in-memory storage: the optimize loop is the same, the sqlite commits are not)."""
+    import optuna
+
+    from explorer.spec import SamplerSpec
     from explorer.study import open_study, optimize, status_of
     from explorer.study._record import counts
 
-    spec = loaded.spec.model_copy(update={"n_trials": n_trials, "infer_oom": variant == "default"})
-    url = f"sqlite:///{folder / f'{variant}-{seed}.db'}"
-    run = dataclasses.replace(loaded, spec=spec, storage_url=url)
-    optimize(run, printer=lambda _: None, sampler=_sampler(variant, loaded, seed))
-    trials = open_study(run, create=False).get_trials(deepcopy=False)
+    # the study file's sampler (grid, say) is replaced by the variant's
+    spec = loaded.spec.model_copy(
+        update={"n_trials": n_trials, "infer_oom": variant == "default", "sampler": SamplerSpec(seed=seed)}
+    )
+    run = dataclasses.replace(loaded, spec=spec)
+    storage = optuna.storages.InMemoryStorage()
+    optimize(run, printer=lambda _: None, sampler=_sampler(variant, loaded, seed), storage=storage)
+    trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     counted = [t for t in sorted(trials, key=lambda t: t.number) if counts(t)]
     return SearchRun(
         variant=variant,
@@ -158,21 +165,20 @@ def benchmark_search(
         "n_trials": n_trials,
         "variants": {},
     }
-    with tempfile.TemporaryDirectory(prefix="explorer-search-") as tmp:
-        for variant in variants:
-            runs = []
-            for seed in range(repeats):
-                run = run_once(loaded, variant, seed, n_trials=n_trials, folder=Path(tmp))
-                runs.append(run)
-                if on_run is not None:
-                    on_run(run)
-            out["variants"][variant] = summarize_runs(runs, best=best)
+    for variant in variants:
+        runs = []
+        for seed in range(repeats):
+            run = run_once(loaded, variant, seed, n_trials=n_trials)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
+        out["variants"][variant] = summarize_runs(runs, best=best)
     return out
 
 
 def format_table(result: dict[str, Any]) -> str:
     """The figures as a fixed-width table."""
-    head = f"{'variant':8} {'median':>7} {'p90':>5} {'<=30':>6} {'best@20':>8} {'infeasible':>10} {'inferred':>8}"
+    head = f"{'variant':12} {'median':>7} {'p90':>5} {'<=30':>6} {'best@20':>8} {'infeasible':>10} {'inferred':>8}"
     lines = [
         f"table {result['table']}: best {result['best']:.1f} {result['objective']}, "
         f"{result['configurations_in_table']} configurations ({result['configurations_missing']} of the space missing)",
@@ -180,7 +186,7 @@ def format_table(result: dict[str, Any]) -> str:
     ]
     for name, v in result["variants"].items():
         lines.append(
-            f"{name:8} {v['median_trials_to_98pct']:>7} {v['p90_trials_to_98pct']:>5} "
+            f"{name:12} {v['median_trials_to_98pct']:>7} {v['p90_trials_to_98pct']:>5} "
             f"{v['share_reached_within_30']:>6.0%} {v['mean_best_after_20_over_best']:>8.3f} "
             f"{v['share_infeasible_trials']:>10.0%} {v['inferred_per_run']:>8.1f}"
         )

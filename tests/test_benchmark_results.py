@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 def _bench(name: str = "measurement_quality"):
     spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -88,3 +90,24 @@ def test_modelled_tables_recompute(model, monkeypatch):
     fresh = [{k: str(v) for k, v in row.items()} for row in tables.model_rows(tables.MODELS[model])]
     assert committed == fresh
     assert 100 <= len(fresh) <= 300
+
+
+def test_search_benchmark_figures_recompute_from_each_runs_count():
+    """benchmarks/search_tables.py search: medians, p90 and shares follow from the per-run counts."""
+    import math
+    import statistics
+
+    result = json.loads((RESULTS / "search_benchmark.json").read_text())
+    assert len(result) == 3
+    for table in result.values():
+        assert table["configurations_missing"] == 0 and 100 <= table["configurations_in_table"] <= 300
+        for figures in table["variants"].values():
+            needed = figures["trials_to_98pct"]
+            assert figures["runs"] == len(needed) == 20
+            ranked = sorted(math.inf if n is None else n for n in needed)
+            median = statistics.median(ranked)
+            assert figures["median_trials_to_98pct"] == (None if math.isinf(median) else median)
+            p90 = ranked[math.ceil(0.9 * len(ranked)) - 1]
+            assert figures["p90_trials_to_98pct"] == (None if math.isinf(p90) else p90)
+            within = sum(n is not None and n <= 30 for n in needed) / len(needed)
+            assert figures["share_reached_within_30"] == pytest.approx(within)

@@ -28,9 +28,9 @@ def _cfg(**kw) -> TrialConfig:
 
 
 def test_reads_ados_own_export():
-    table = ReplayTable.read(ADO_SAMPLE, model_name="granite-3.1-2b", gpu_model=A100, model_max_length=512)
-    assert len(table.rows) == 2  # the 512-token rows; the 1024-token ones belong to another study
-    m = table.measurement(_cfg(batch_size=2, model_max_length=512))
+    table = ReplayTable.read(ADO_SAMPLE, model_name="granite-3.1-2b", gpu_model=A100)
+    assert len(table.rows) == 4 and len(ReplayTable.read(ADO_SAMPLE, model_name="granite-3.1-2b").rows) == 4
+    m = table.measurement(_cfg(batch_size=2, model_max_length=512))  # not the 1024-token row of bs 2
     assert m.outcome is Outcome.OK and m.extra["replay_lines"] == [2]
     p = m.properties
     assert p is not None and p.dataset_tokens_per_second_per_gpu == pytest.approx(2744.108442306281)
@@ -76,7 +76,7 @@ def test_invalid_rows_are_oom_and_repeats_take_the_median(tmp_path):
             _row(8, True, 140.0),
         ],
     )
-    table = ReplayTable.read(path, model_name="tiny-llama", gpu_model="CPU-logical", model_max_length=64)
+    table = ReplayTable.read(path, model_name="tiny-llama", gpu_model="CPU-logical")
     ok = table.measurement(_cfg(batch_size=4, model_max_length=64))
     assert ok.outcome is Outcome.OK and ok.properties.dataset_tokens_per_second_per_gpu == 120.0
     oom = table.measurement(_cfg(batch_size=8, model_max_length=64))
@@ -89,7 +89,7 @@ def test_one_gpu_rows_match_whatever_backend_they_name(tmp_path):
     """ado writes distributed_backend=FSDP on 1-GPU rows too; a single GPU has no backend."""
     rows = [_row(4, False, 100.0, distributed_backend="FSDP", fsdp_sharding_strategy="FULL_SHARD")]
     rows.append(_row(4, False, 60.0, number_gpus=2, distributed_backend="DDP", fsdp_sharding_strategy=""))
-    table = ReplayTable.read(_write(tmp_path / "t.csv", rows), model_name="tiny-llama", model_max_length=64)
+    table = ReplayTable.read(_write(tmp_path / "t.csv", rows), model_name="tiny-llama")
     one = table.measurement(_cfg(batch_size=4, model_max_length=64))
     two = table.measurement(_cfg(batch_size=4, number_gpus=2, distributed_backend="DDP", model_max_length=64))
     assert one.properties.dataset_tokens_per_second_per_gpu == 100.0
@@ -177,12 +177,12 @@ def test_an_export_replays_to_the_same_values(write_study, tmp_path):
     assert done.returncode == 0, done.stderr
     header = export.read_text().splitlines()[0].split(",")
     assert {"identifier", "model_name", "gpu_model", "batch_size", "is_valid", "status"} <= set(header)
-    original = ReplayTable.read(tmp_path / "table.csv", model_name="tiny-llama", model_max_length=64)
-    again = ReplayTable.read(export, model_name="tiny-llama", gpu_model="CPU-logical", model_max_length=64)
+    original = ReplayTable.read(tmp_path / "table.csv", model_name="tiny-llama")
+    again = ReplayTable.read(export, model_name="tiny-llama", gpu_model="CPU-logical")
     assert len(again.rows) == 8  # the grid measured every configuration once
     for bs in (4, 8, 16, 32):
         for ckpt in (False, True):
-            config = _cfg(batch_size=bs, gradient_checkpointing=ckpt, model_max_length=64)
+            config = _cfg(batch_size=bs, gradient_checkpointing=ckpt)
             a, b = original.measurement(config), again.measurement(config)
             assert a.outcome is b.outcome
             if a.properties is not None:

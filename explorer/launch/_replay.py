@@ -3,8 +3,8 @@
 The table is a CSV in the layout of ado's ``ado show entities --output-format csv`` (a column per
 entity-space parameter, a column per measured property, and ``is_valid``), which is also what an
 explorer export writes. Rows are selected by the properties the study holds fixed (``model_name``,
-``gpu_model``, ``model_max_length``, ``method`` where the table has such a column); the others are
-matched against each trial's configuration.
+``gpu_model``, ``method`` where the table has such a column); the configuration fields, the
+sequence length among them, are matched against each trial's configuration.
 
 * A row with ``is_valid`` 0 is infeasible: the trial is OOM, as if it had run out of memory.
 * A configuration with several rows is answered from the median throughput of its valid rows
@@ -104,10 +104,11 @@ class ReplayTable:
         model_name: str | None = None,
         gpu_model: str | None = None,
         method: str | None = None,
-        model_max_length: int | None = None,
         label: str = "launcher.table",
     ) -> ReplayTable:
         """Read ``path``, keeping the rows measured with the given fixed properties.
+
+        (``model_max_length`` is a configuration field: each trial's is matched row by row.)
 
         Raises:
             SpecError: unreadable file, no objective column, a value that does not parse, or no
@@ -122,12 +123,7 @@ class ReplayTable:
             columns = [c for c in (reader.fieldnames or []) if c is not None]
             if OBJECTIVE not in columns:
                 raise SpecError(file=str(path), field=label, problem=f"has no {OBJECTIVE} column")
-            fixed = {
-                "model_name": model_name,
-                "gpu_model": gpu_model,
-                "method": method,
-                "model_max_length": None if "model_max_length" not in columns else model_max_length,
-            }
+            fixed = {"model_name": model_name, "gpu_model": gpu_model, "method": method}
             rows = []
             for line, raw in enumerate(reader, start=2):
                 try:

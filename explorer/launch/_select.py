@@ -54,5 +54,4 @@ def replay_selection(spec: StudySpec) -> dict[str, Any]:
         "model_name": workload.model.name,
         "gpu_model": spec.resources.gpu_model,
         "method": workload.method.kind,
-        "model_max_length": workload.model_max_length,
     }

@@ -82,17 +82,22 @@ def describe(config: TrialConfig) -> str:
 
 
 def open_study(
-    loaded: LoadedStudy, *, create: bool, sampler: optuna.samplers.BaseSampler | None = None
+    loaded: LoadedStudy,
+    *,
+    create: bool,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> optuna.Study:
     """The study in its storage; ``create`` makes it if missing (else it must exist).
 
     Args:
         sampler: instead of the study file's (``benchmark-search`` compares samplers this way).
+        storage: instead of the study's URL (``benchmark-search`` replays in memory).
     """
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
+    storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     sampler = sampler or make_sampler(loaded.spec.sampler)
     if create:
         study = optuna.create_study(
@@ -129,17 +134,19 @@ def optimize(
     launcher: Launcher | None = None,
     reclaim_all: bool = False,
     sampler: optuna.samplers.BaseSampler | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
 ) -> OptimizeResult:
     """Run the study until ``n_trials`` trials count (resuming whatever is already stored).
 
     Args:
         sampler: instead of the study file's.
+        storage: instead of the study's URL.
     """
     from explorer.launch import launcher_for
 
     spec = loaded.spec
     started = time.monotonic()
-    study = open_study(loaded, create=True, sampler=sampler)
+    study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
     if reclaimed:
         printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")
