@@ -70,6 +70,9 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert len(reused) == 1 and reused[0].user_attrs["config_key"] == fsdp.key()
     original = study.trials[reused[0].user_attrs["reused_from"]]
     assert reused[0].value == original.value and reused[0].user_attrs["wall_seconds"] == 0.0
+    # headline figures only; reused_from leads to the rest (each attribute is a storage commit)
+    assert reused[0].user_attrs["status"] == status_of(original)
+    assert "train_runtime" in original.user_attrs and "train_runtime" not in reused[0].user_attrs
     assert not (loaded.output_dir / f"trial-{reused[0].number:05d}").exists()
     trials = {t.user_attrs["config_key"]: t for t in study.get_trials() if "reused_from" not in t.user_attrs}
     assert len(trials) == 4
