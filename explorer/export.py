@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["export_csv", "export_rows"]
 
-_SKIP = {"driver", "attempt", "config_key", "fingerprint", "step_times", "log_tail", "phases", "replay_lines"}
+_SKIP = {"attempt", "config_key", "log_tail"}
+"""Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
 
 
 def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:

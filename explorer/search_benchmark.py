@@ -1,7 +1,7 @@
 """``explorer benchmark-search``: how fast does a sampler find the best configuration of a table?
 
 Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
-fresh sqlite study per repeat, with seeds 0..R-1:
+fresh in-memory study per repeat, with seeds 0..R-1:
 
 * ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar, 10 startup
   trials) with OOM inference on, whatever sampler the study file names;
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.launch._replay import OBJECTIVE, ReplayTable
-from explorer.launch._select import replay_selection
 from explorer.spec import LoadedStudy
 
 if TYPE_CHECKING:
@@ -77,7 +76,7 @@ def best_in_table(loaded: LoadedStudy, table: ReplayTable) -> tuple[float, int, 
     return best, present, missing
 
 
-def _sampler(variant: str, loaded: LoadedStudy, seed: int) -> optuna.samplers.BaseSampler:
+def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     import optuna
 
     from explorer.spec import SamplerSpec
@@ -107,7 +106,7 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
-    optimize(run, printer=lambda _: None, sampler=_sampler(variant, loaded, seed), storage=storage)
+    optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage)
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     counted = [t for t in sorted(trials, key=lambda t: t.number) if counts(t)]
     return SearchRun(
@@ -140,7 +139,7 @@ def summarize_runs(
         f"mean_best_after_{after}_over_best": statistics.mean(r.best_after(after) / best for r in runs),
         "share_infeasible_trials": infeasible / counted if counted else 0.0,
         "inferred_per_run": statistics.mean(r.inferred for r in runs),
-        "trials_to_98pct": [n for n in needed],
+        "trials_to_98pct": needed,
     }
 
 
@@ -153,11 +152,11 @@ def benchmark_search(
     on_run: Callable[[SearchRun], None] | None = None,
 ) -> dict[str, Any]:
     """Every variant ``repeats`` times; returns the table's best and each variant's figures."""
-    assert loaded.replay_table is not None, "benchmark-search needs a replay table"
-    table = ReplayTable.read(loaded.replay_table, **replay_selection(loaded.spec))
+    table = loaded.replay_table
+    assert table is not None, "benchmark-search needs a replay table"
     best, present, missing = best_in_table(loaded, table)
     out: dict[str, Any] = {
-        "table": str(loaded.replay_table),
+        "table": str(table.path),
         "objective": OBJECTIVE,
         "best": best,
         "configurations_in_table": present,

@@ -111,3 +111,17 @@ def test_search_benchmark_figures_recompute_from_each_runs_count():
             assert figures["p90_trials_to_98pct"] == (None if math.isinf(p90) else p90)
             within = sum(n is not None and n <= 30 for n in needed) / len(needed)
             assert figures["share_reached_within_30"] == pytest.approx(within)
+
+
+def test_every_inferred_oom_of_the_cpu_grid_was_measured_as_oom():
+    """The same CPU grid run with OOM inference on (cpu-quickstart-inferred) and off (cpu-quickstart)."""
+    import csv
+
+    def rows(name: str) -> list[dict[str, str]]:
+        with (RESULTS / "tables" / name).open(newline="") as fh:
+            return list(csv.DictReader(fh))
+
+    measured = {r["identifier"]: r["status"] for r in rows("cpu-quickstart.csv")}
+    inferred = [r["identifier"] for r in rows("cpu-quickstart-inferred.csv") if r.get("inferred_from")]
+    assert len(measured) == 196 and len(inferred) == 21
+    assert [measured[key] for key in inferred] == ["oom"] * 21

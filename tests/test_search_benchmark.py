@@ -16,6 +16,12 @@ from explorer.search_benchmark import SearchRun, summarize_runs
 REPO = Path(__file__).resolve().parents[1]
 
 
+def _search(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``explorer benchmark-search`` command."""
+    cmd = [sys.executable, "-m", "explorer", "benchmark-search", str(study), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
 def test_figures_of_hand_made_runs():
     runs = [
         SearchRun(variant="v", seed=0, values=[None, 50.0, 99.0], inferred=1, reused=0),  # 98 reached at 3
@@ -72,9 +78,7 @@ def test_the_command_replays_each_variant(write_study, tmp_path):
         }
     )
     out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "explorer", "benchmark-search", str(study), "--table", str(table)]
-    cmd += ["--repeats", "2", "--n-trials", "8", "--json", str(out)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    done = _search(study, "--table", str(table), "--repeats", "2", "--n-trials", "8", "--json", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["best"] == best and result["configurations_in_table"] == 24
@@ -89,28 +93,8 @@ def test_the_command_replays_each_variant(write_study, tmp_path):
 
 def test_bad_arguments_are_one_line(write_study, tmp_path):
     study = write_study({})
-    cmd = [
-        sys.executable,
-        "-m",
-        "explorer",
-        "benchmark-search",
-        str(study),
-        "--table",
-        str(tmp_path / "no.csv"),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = _search(study, "--table", str(tmp_path / "no.csv"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--table" in done.stderr
     table, _ = _table(tmp_path / "t.csv")
-    cmd = [
-        sys.executable,
-        "-m",
-        "explorer",
-        "benchmark-search",
-        str(study),
-        "--table",
-        str(table),
-        "--variants",
-        "x",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = _search(study, "--table", str(table), "--variants", "x")
     assert done.returncode == 2 and "--variants" in done.stderr and "Traceback" not in done.stderr

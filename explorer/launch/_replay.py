@@ -92,7 +92,6 @@ class ReplayTable:
 
     def __init__(self, *, path: Path, columns: list[str], rows: list[_Row]) -> None:
         self.path = path
-        self.columns = columns
         self.rows = rows
         self.parameters = [c for c in columns if c in PARAMETERS]
 
@@ -249,14 +248,6 @@ class ReplayLauncher:
 
     def shutdown(self) -> None:
         self._done.clear()
-
-    @property
-    def gpus_in_use(self) -> int:
-        return 0
-
-    @property
-    def in_flight(self) -> int:
-        return len(self._done)
 
     def fits(self, number_gpus: int) -> bool:
         return number_gpus <= self.total_gpus

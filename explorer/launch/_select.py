@@ -17,9 +17,6 @@ __all__ = ["Launcher", "launcher_for"]
 class Launcher(Protocol):
     """Dispatches trial jobs and hands back their measurements (Ray actors, or a recorded table)."""
 
-    @property
-    def in_flight(self) -> int: ...
-
     def start(self) -> None: ...
 
     def shutdown(self) -> None: ...
@@ -37,11 +34,10 @@ def launcher_for(
     """The launcher of ``loaded``'s ``launcher.kind`` (``resources`` overrides the study's)."""
     spec = loaded.spec
     if spec.launcher.kind == "replay":
-        from explorer.launch._replay import ReplayLauncher, ReplayTable
+        from explorer.launch._replay import ReplayLauncher
 
-        assert loaded.replay_table is not None  # the loader resolved and checked it
-        table = ReplayTable.read(loaded.replay_table, **replay_selection(spec))
-        return ReplayLauncher(table=table, total_gpus=(resources or spec.resources).total_gpus)
+        assert loaded.replay_table is not None  # the loader read and checked it
+        return ReplayLauncher(table=loaded.replay_table, total_gpus=(resources or spec.resources).total_gpus)
     from explorer.launch._ray import RayLauncher
 
     return RayLauncher.for_study(spec, output_dir=output_dir, resources=resources)

@@ -14,6 +14,7 @@ from explorer.errors import SpecError
 from explorer.spec._models import StudySpec
 
 if TYPE_CHECKING:
+    from explorer.launch import ReplayTable
     from explorer.space import SearchSpace
 
 __all__ = ["LoadedStudy", "load_study", "read_yaml"]
@@ -105,8 +106,8 @@ class LoadedStudy:
     """Resolved local model directory or hub id."""
     dataset_path: Path | None
     """Resolved JSONL file, for jsonl datasets."""
-    replay_table: Path | None = None
-    """Resolved recorded table, for ``launcher.kind: replay``."""
+    replay_table: ReplayTable | None = None
+    """The recorded table (read and checked once, here), for ``launcher.kind: replay``."""
 
 
 def _resolve(base: Path, p: str) -> Path:
@@ -214,7 +215,7 @@ def load_study(
             problem=f"every configuration is invalid on these resources (e.g. {example})",
         )
 
-    replay_table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
+    table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
     output_dir = _resolve(base, spec.output_dir) if spec.output_dir else base / "explorer-runs" / spec.name
     return LoadedStudy(
@@ -225,12 +226,12 @@ def load_study(
         output_dir=output_dir,
         model_path=model_path,
         dataset_path=dataset_path,
-        replay_table=replay_table,
+        replay_table=table,
     )
 
 
-def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> Path:
-    """The replay table's path, once it is readable, has rows for the study and a column for every
+def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> ReplayTable:
+    """The replay table, once it is readable, has rows for the study and a column for every
     parameter the search space varies."""
     import itertools
 
@@ -252,7 +253,7 @@ def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: P
             field="launcher.table",
             problem=f"{path.name} has no column for the varied parameter(s) {', '.join(missing)}",
         )
-    return path
+    return table
 
 
 def _check_architecture(label: str, arch: dict[str, Any]) -> None:

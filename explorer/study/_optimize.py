@@ -172,6 +172,14 @@ def optimize(
     ooms = [(t.number, config_of(t)) for t in measured.values() if status_of(t) == "oom"]
     reuse_streak = 0
     launcher_started = False
+
+    def answered(streak: int, number: int, status: str, config: TrialConfig, why: str) -> int:
+        """Print a proposal answered without running (reused or inferred); returns the new streak."""
+        printer(_line(done, spec.n_trials, number, status, describe(config), why, best))
+        if streak + 1 == MAX_REUSE_STREAK:
+            printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
+        return streak + 1
+
     try:
         while True:
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
@@ -190,20 +198,9 @@ def optimize(
                 source = measured.get(config.key())
                 if source is not None:
                     status = record_reuse(study, trial, source)
-                    reuse_streak += 1
-                    printer(
-                        _line(
-                            done,
-                            spec.n_trials,
-                            trial.number,
-                            status,
-                            describe(config),
-                            f"reused trial {source.number}",
-                            best,
-                        )
+                    reuse_streak = answered(
+                        reuse_streak, trial.number, status, config, f"reused trial {source.number}"
                     )
-                    if reuse_streak == MAX_REUSE_STREAK:
-                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
                     continue
                 reason = invalid_reason(config, spec.resources)
                 if reason is not None:
@@ -215,12 +212,10 @@ def optimize(
                     continue
                 proof = inferred_oom(config, ooms) if spec.infer_oom else None
                 if proof is not None:
-                    record_inferred_oom(study, trial, proof)
-                    reuse_streak += 1
-                    why = f"inferred from OOM trial {proof}"
-                    printer(_line(done, spec.n_trials, trial.number, "oom", describe(config), why, best))
-                    if reuse_streak == MAX_REUSE_STREAK:
-                        printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
+                    status = record_inferred_oom(study, trial, proof)
+                    reuse_streak = answered(
+                        reuse_streak, trial.number, status, config, f"inferred from OOM trial {proof}"
+                    )
                     continue
                 queued = _InFlight(trial, config, attempt)
             if queued is not None and launcher.fits(queued.config.number_gpus):
