@@ -272,7 +272,13 @@ class SamplerSpec(_Spec):
     kind: Literal["tpe", "gp", "random", "grid"] = "tpe"
     seed: Int | None = 0
     n_startup_trials: NonNegativeInt | None = None
-    """TPE/GP: random trials before the model kicks in (Optuna's default if unset)."""
+    """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
+    local_search: bool = True
+    """TPE/GP: after the start-up trials, propose unanswered neighbours of the best configurations
+    (one step of one parameter, or a memory trade) before asking the sampler; every
+    ``global_every``-th trial still comes from the sampler (:mod:`explorer.study._neighbours`)."""
+    global_every: PositiveInt = 3
+    """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood."""
 
 
 class StudySpec(_Spec):

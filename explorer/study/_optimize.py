@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
 from explorer.study._inference import inferred_oom
+from explorer.study._neighbours import LocalSearch
 from explorer.study._record import (
     OBJECTIVE,
     answered_without_running,
@@ -25,7 +26,7 @@ from explorer.study._record import (
     status_of,
 )
 from explorer.study._recover import reclaim_interrupted, requeue
-from explorer.study._sampler import make_sampler
+from explorer.study._sampler import DEFAULT_STARTUP, make_sampler
 from explorer.study._storage import mask_url, open_storage
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
@@ -170,6 +171,14 @@ def optimize(
         if status_of(t) in ("ok", "oom") and not answered_without_running(t)
     }
     ooms = [(t.number, config_of(t)) for t in measured.values() if status_of(t) == "oom"]
+    feasible = {
+        k: (config_of(t), float(t.value), t.number) for k, t in measured.items() if status_of(t) == "ok"
+    }
+    local = (
+        LocalSearch(space=loaded.space, resources=spec.resources)
+        if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
+        else None
+    )
     reuse_streak = 0
     launcher_started = False
 
@@ -191,6 +200,9 @@ def optimize(
                 and not (timed_out or exhausted)
                 and done + len(in_flight) < spec.n_trials
             ):
+                if local is not None:
+                    waiting = in_flight.values() if queued is None else [*in_flight.values(), queued]
+                    _propose_neighbour(study, loaded, local, feasible, measured, waiting, ooms)
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
                 attempt = int(trial.user_attrs.get("attempt", 0))
@@ -234,8 +246,10 @@ def optimize(
                 retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
                 status = record_outcome(study, flight.trial, measurement, retry=retry)
                 if status in ("ok", "oom"):
-                    measured[flight.config.key()] = frozen(study, flight.trial)
+                    measured[flight.config.key()] = stored = frozen(study, flight.trial)
                     reuse_streak = 0
+                if status == "ok":
+                    feasible[flight.config.key()] = (flight.config, float(stored.value), number)
                 if status == "oom":
                     ooms.append((number, flight.config))
                 if retry:
@@ -277,6 +291,35 @@ def optimize(
         n_trials=spec.n_trials,
         wall_seconds=time.monotonic() - started,
         statuses=statuses,
+    )
+
+
+def _propose_neighbour(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    local: LocalSearch,
+    feasible: dict[str, tuple[TrialConfig, float, int]],
+    measured: dict[str, optuna.trial.FrozenTrial],
+    flights: Iterable[_InFlight],
+    ooms: list[tuple[int, TrialConfig]],
+) -> None:
+    """Enqueue an unanswered neighbour of the best configurations, when it is local search's turn:
+    after the start-up trials, except every ``global_every``-th trial (the sampler's)."""
+    sampler = loaded.spec.sampler
+    startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
+    trials = study.get_trials(deepcopy=False)
+    if len(feasible) == 0 or len(trials) < startup or len(trials) % sampler.global_every == 0:
+        return
+    if any(t.state.name == "WAITING" for t in trials):
+        return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
+    answered = set(measured) | {f.config.key() for f in flights}
+    proposal = local.propose(feasible=[(c, v) for c, v, _ in feasible.values()], answered=answered, ooms=ooms)
+    if proposal is None:
+        return
+    config, base = proposal
+    study.enqueue_trial(
+        loaded.space.params_for(config),
+        user_attrs={"proposed_by": f"neighbour of trial {feasible[base.key()][2]}"},
     )
 
 

@@ -9,7 +9,10 @@ from explorer.spec import SamplerSpec
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["make_sampler"]
+__all__ = ["DEFAULT_STARTUP", "make_sampler"]
+
+DEFAULT_STARTUP = 10
+"""Random trials before TPE or GP (and local search) take over, unless the study file says."""
 
 
 def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
@@ -30,10 +33,10 @@ def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
                 multivariate=True,
                 group=True,
                 constant_liar=True,
-                n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials,
+                n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials,
             )
     if spec.kind == "gp":
         return optuna.samplers.GPSampler(
-            seed=spec.seed, n_startup_trials=10 if spec.n_startup_trials is None else spec.n_startup_trials
+            seed=spec.seed, n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials
         )
     return optuna.samplers.RandomSampler(seed=spec.seed)

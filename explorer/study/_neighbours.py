@@ -1,0 +1,194 @@
+"""Local search: the configurations next to the best ones, proposed before TPE is asked.
+
+The spaces explorer searches are small and discrete, and their best configurations sit next to
+other good ones: one step of batch size, one GPU count, checkpointing, the FSDP version or sharding
+strategy away. After the sampler's start-up trials, the optimize loop asks :class:`LocalSearch`
+for an unanswered *neighbour* of the best feasible configuration (then of the runners-up) and
+enqueues it; TPE is asked only when every neighbour of the best few is answered, and every
+``tpe_every``-th trial, so that the search still looks far away.
+
+A neighbour differs by one move:
+
+* one step up or down an ordered parameter (batch size, sequence length, ...), or another value
+  of an unordered one (backend, FSDP version, sharding strategy, checkpointing);
+* another GPU count, at the same global batch and at the same per-device batch;
+* a memory trade: checkpointing on with any larger batch, or off with any smaller one; more
+  sharding with any larger batch (checkpointing typically buys a 2-8x larger batch).
+
+Neighbours already measured, in flight, invalid, or inferred OOM (they dominate a known OOM, see
+:mod:`explorer.study._inference`) are never proposed. Among the rest, the one an additive model of
+log-throughput (one effect per parameter value and per log2 per-device batch, fitted to the
+feasible trials) rates highest goes first; values never measured feasible rate as the best seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from explorer.space import SearchSpace
+from explorer.space._domain import Fixed, Ordered, Value
+from explorer.spec import ResourcesSpec
+from explorer.study._inference import inferred_oom, memory_dominates
+from explorer.trial_config import TrialConfig
+from explorer.validity import invalid_reason
+
+__all__ = ["LocalSearch"]
+
+_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
+
+
+@dataclass(kw_only=True)
+class LocalSearch:
+    """Proposes unanswered neighbours of the best configurations found so far."""
+
+    space: SearchSpace
+    """The study's search space (its domains define the moves)."""
+    resources: ResourcesSpec
+    """What a configuration must fit (invalid ones are never proposed)."""
+    elite: int = 3
+    """How many of the best feasible configurations have their neighbourhoods searched."""
+    _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
+
+    def propose(
+        self,
+        *,
+        feasible: Iterable[tuple[TrialConfig, float]],
+        answered: set[str],
+        ooms: list[tuple[int, TrialConfig]],
+    ) -> tuple[TrialConfig, TrialConfig] | None:
+        """The neighbour to run next and the configuration it neighbours, or ``None``.
+
+        Args:
+            feasible: measured feasible configurations and their objective values.
+            answered: keys of configurations answered or in flight (never proposed again).
+            ooms: measured OOMs, for the inference filter.
+        """
+        ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
+        if not ranked:
+            return None
+        model = _AdditiveModel.fit(ranked)
+        for base, _ in ranked[: self.elite]:
+            candidates = [
+                c
+                for c in self.moves(base)
+                if c.key() not in answered
+                and invalid_reason(c, self.resources) is None
+                and inferred_oom(c, ooms) is None
+            ]
+            if candidates:
+                return max(candidates, key=model.predict), base
+        return None
+
+    def moves(self, config: TrialConfig) -> list[TrialConfig]:
+        """Every configuration of the space one move away from ``config``."""
+        if config not in self._moves_cache:
+            seen = {config}
+            out = []
+            for c in self._moves(config):
+                if c not in seen:
+                    seen.add(c)
+                    out.append(c)
+            self._moves_cache[config] = out
+        return self._moves_cache[config]
+
+    def _moves(self, c: TrialConfig) -> Iterator[TrialConfig]:
+        domains = {n: d for n, d in self.space.domains.items() if not isinstance(d, Fixed)}
+        for name, domain in domains.items():
+            current = getattr(c, name)
+            if isinstance(domain, Ordered):
+                options: list[Value] = list(_adjacent(domain.values, current))
+            else:
+                options = [v for v in domain.values if v != current]
+            for value in options:
+                yield from self._with(c, {name: value})
+                if name == "number_gpus" and isinstance(value, int):
+                    batch = c.per_device_batch_size * value
+                    yield from self._with(c, {name: value, "batch_size": batch})
+        batches = domains.get("batch_size")
+        if not isinstance(batches, Ordered):
+            return
+        larger = [b for b in batches.values if isinstance(b, int) and b > c.batch_size]
+        smaller = [b for b in batches.values if isinstance(b, int) and b < c.batch_size]
+        if "gradient_checkpointing" in domains:
+            for b in larger if not c.gradient_checkpointing else smaller:
+                yield from self._with(
+                    c, {"gradient_checkpointing": not c.gradient_checkpointing, "batch_size": b}
+                )
+        if c.fsdp_sharding_strategy in _SHARDING[1:] and "fsdp_sharding_strategy" in domains:
+            more = _SHARDING[_SHARDING.index(c.fsdp_sharding_strategy) - 1]
+            for b in larger:
+                yield from self._with(c, {"fsdp_sharding_strategy": more, "batch_size": b})
+
+    def _with(self, c: TrialConfig, changes: dict[str, Value]) -> Iterator[TrialConfig]:
+        """``c`` with ``changes``; parameters that become active take each of their values."""
+        base: dict[str, Value | None] = {}
+        for name, domain in self.space.domains.items():
+            value = changes.get(name, getattr(c, name))
+            base[name] = value if value in domain.values else None
+        missing = [n for n, v in base.items() if v is None]
+        for combo in itertools.product(*(self.space.domains[n].values for n in missing)):
+            picks = {**base, **dict(zip(missing, combo, strict=True))}
+            if any(picks[n] not in self.space.domains[n].values for n in changes):
+                continue
+            yield self.space._build(picks.__getitem__)  # type: ignore[arg-type]
+
+
+def _adjacent(values: tuple[int, ...], current: object, step: int | None = None) -> list[int]:
+    """The values next to ``current`` (below and above, or on one side)."""
+    if current not in values:
+        return []
+    i = values.index(current)  # type: ignore[arg-type]
+    sides = (-1, 1) if step is None else (step,)
+    return [values[i + s] for s in sides if 0 <= i + s < len(values)]
+
+
+@dataclass(frozen=True)
+class _AdditiveModel:
+    """log(throughput) ~ mean + one effect per (parameter, value), each the mean residual of the
+    feasible trials with that value; a value never measured feasible gets its parameter's best
+    effect (optimism). Times the chance to fit: 1 when a measured feasible configuration needs at
+    least as much memory (:func:`~explorer.study._inference.memory_dominates`), else
+    ``UNKNOWN_FIT``."""
+
+    mean: float
+    effects: dict[tuple[str, object], float]
+    best_effect: dict[str, float]
+    fitted: list[TrialConfig]
+
+    UNKNOWN_FIT = 0.5
+
+    @classmethod
+    def fit(cls, ranked: list[tuple[TrialConfig, float]]) -> _AdditiveModel:
+        logs = [(c, math.log(max(v, 1e-9))) for c, v in ranked]
+        mean = sum(y for _, y in logs) / len(logs)
+        sums: dict[tuple[str, object], list[float]] = {}
+        for c, y in logs:
+            for key in _features(c):
+                sums.setdefault(key, []).append(y - mean)
+        effects = {k: sum(v) / len(v) for k, v in sums.items()}
+        best: dict[str, float] = {}
+        for (name, _), e in effects.items():
+            best[name] = max(best.get(name, -math.inf), e)
+        return cls(mean=mean, effects=effects, best_effect=best, fitted=[c for c, _ in ranked])
+
+    def predict(self, c: TrialConfig) -> float:
+        log_tput = self.mean + sum(
+            self.effects.get(key, self.best_effect.get(key[0], 0.0)) for key in _features(c)
+        )
+        fits = any(memory_dominates(ok, c) for ok in self.fitted)
+        return math.exp(log_tput) * (1.0 if fits else self.UNKNOWN_FIT)
+
+
+def _features(c: TrialConfig) -> list[tuple[str, object]]:
+    return [
+        ("number_gpus", c.number_gpus),
+        ("per_device_batch", c.per_device_batch_size),
+        ("backend", (c.distributed_backend, c.fsdp_version, c.fsdp_sharding_strategy)),
+        ("checkpointing", c.gradient_checkpointing),
+        ("model_max_length", c.model_max_length),
+        ("lora_r", c.lora_r),
+        ("compile", c.torch_compile),
+    ]
