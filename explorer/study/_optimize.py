@@ -19,6 +19,7 @@ from explorer.study._record import (
     counted_trials,
     frozen,
     record_driver,
+    record_from_store,
     record_inferred_oom,
     record_outcome,
     record_reuse,
@@ -143,10 +144,14 @@ def optimize(
         storage: instead of the study's URL.
     """
     from explorer.launch import launcher_for
+    from explorer.store import MeasurementStore, StoreScope
 
     spec = loaded.spec
     started = time.monotonic()
+    storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
+    store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
+    scope = StoreScope.for_study(loaded) if store is not None else None
     reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
     if reclaimed:
         printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")
@@ -210,6 +215,27 @@ def optimize(
                         _line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best)
                     )
                     continue
+                stored = store.lookup(config_key=config.key(), scope=scope) if store and scope else None
+                if stored is not None:  # measured before, by another study or run: counts, as a first answer
+                    status = record_from_store(study, trial, stored)
+                    measured[config.key()] = frozen(study, trial)
+                    if status == "oom":
+                        ooms.append((trial.number, config))
+                    best = _better(best, trial.number, stored.measurement)
+                    done += 1
+                    reuse_streak = 0
+                    printer(
+                        _line(
+                            done,
+                            spec.n_trials,
+                            trial.number,
+                            status,
+                            describe(config),
+                            f"from the store: study {stored.study_name!r} trial {stored.trial_number}",
+                            best,
+                        )
+                    )
+                    continue
                 proof = inferred_oom(config, ooms) if spec.infer_oom else None
                 if proof is not None:
                     status = record_inferred_oom(study, trial, proof)
@@ -236,6 +262,14 @@ def optimize(
                 if status in ("ok", "oom"):
                     measured[flight.config.key()] = frozen(study, flight.trial)
                     reuse_streak = 0
+                    if store is not None and scope is not None:
+                        store.put(
+                            config_key=flight.config.key(),
+                            scope=scope,
+                            measurement=measurement,
+                            study_name=spec.name,
+                            trial_number=number,
+                        )
                 if status == "oom":
                     ooms.append((number, flight.config))
                 if retry:
@@ -263,7 +297,9 @@ def optimize(
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         s = (
-            "reused"
+            "stored"
+            if "reused_from_store" in t.user_attrs
+            else "reused"
             if "reused_from" in t.user_attrs
             else "inferred"
             if "inferred_from" in t.user_attrs
@@ -293,6 +329,16 @@ def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:
 def _short(text: str, limit: int = 110) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _better(
+    best: tuple[float, int] | None, number: int, measurement: Measurement
+) -> tuple[float, int] | None:
+    """``best`` updated with trial ``number``'s measurement."""
+    if measurement.outcome is not Outcome.OK or measurement.properties is None:
+        return best
+    value = measurement.properties.dataset_tokens_per_second_per_gpu
+    return (value, number) if best is None or value > best[0] else best
 
 
 def _best(study: optuna.Study) -> tuple[float, int] | None:
