@@ -1,7 +1,8 @@
 """``explorer export``: a study's measured trials as a CSV in ado's ``show entities`` layout.
 
 One row per trial that measured something (ok, oom, invalid; reused answers and failed trials are
-left out; inferred OOMs are kept and say so in ``inferred_from``). Columns: ``identifier`` (the
+left out; inferred OOMs are kept and say so in ``inferred_from``; answers from the measurement
+store are kept and say ``study:trial`` in ``reused_from_store``). Columns: ``identifier`` (the
 canonical configuration key), ``model_name``, ``gpu_model``, ``method``, every configuration field,
 every measured property under the seeds' names, ``status`` and ``is_valid``. The replay launcher
 reads the file back as it is.
@@ -58,6 +59,9 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
             if key in row or key in _SKIP or isinstance(value, (dict, list)):
                 continue
             row[key] = value
+        source = t.user_attrs.get("reused_from_store")
+        if isinstance(source, dict):  # dicts are left out above; this one names a trial
+            row["reused_from_store"] = f"{source.get('study')}:{source.get('trial')}"
         row["status"] = status
         row["is_valid"] = 1 if status == "ok" else 0
         rows.append(row)

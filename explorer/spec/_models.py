@@ -299,6 +299,11 @@ class StudySpec(_Spec):
     """Record a configuration that needs at least the memory of a known OOM (larger per-device
     batch, longer sequences, checkpointing off, less sharding, fewer GPUs under sharding; all else
     equal) as OOM without running it, citing that trial (``inferred_from``)."""
+    reuse_measurements: bool = True
+    """Answer a configuration already measured (ok or oom) with the same workload on the same
+    hardware, by this study or any other in the same storage, from the measurement store
+    (``reused_from_store``) instead of running it; ``false``: always run, and store nothing.
+    See :mod:`explorer.store` for what "the same" holds."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

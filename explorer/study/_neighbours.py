@@ -140,7 +140,7 @@ def _adjacent(values: tuple[int, ...], current: object, step: int | None = None)
     """The values next to ``current`` (below and above, or on one side)."""
     if current not in values:
         return []
-    i = values.index(current)  # type: ignore[arg-type]
+    i = values.index(current)
     sides = (-1, 1) if step is None else (step,)
     return [values[i + s] for s in sides if 0 <= i + s < len(values)]
 

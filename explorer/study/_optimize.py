@@ -12,14 +12,14 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
 from explorer.study._inference import inferred_oom
+from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
 from explorer.study._record import (
     OBJECTIVE,
-    answered_without_running,
-    config_of,
     counted_trials,
     frozen,
     record_driver,
+    record_from_store,
     record_inferred_oom,
     record_outcome,
     record_reuse,
@@ -144,10 +144,14 @@ def optimize(
         storage: instead of the study's URL.
     """
     from explorer.launch import launcher_for
+    from explorer.store import MeasurementStore, StoreScope
 
     spec = loaded.spec
     started = time.monotonic()
+    storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
+    store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
+    scope = StoreScope.for_study(loaded) if store is not None else None
     reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
     if reclaimed:
         printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")
@@ -165,15 +169,7 @@ def optimize(
     in_flight: dict[int, _InFlight] = {}
     queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
     best: tuple[float, int] | None = _best(study)
-    measured = {
-        t.user_attrs["config_key"]: t
-        for t in study.get_trials(deepcopy=False)
-        if status_of(t) in ("ok", "oom") and not answered_without_running(t)
-    }
-    ooms = [(t.number, config_of(t)) for t in measured.values() if status_of(t) == "oom"]
-    feasible = {
-        k: (config_of(t), float(t.value), t.number) for k, t in measured.items() if status_of(t) == "ok"
-    }
+    known = Known.from_study(study)
     local = (
         LocalSearch(space=loaded.space, resources=spec.resources)
         if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
@@ -202,12 +198,12 @@ def optimize(
             ):
                 if local is not None:
                     waiting = in_flight.values() if queued is None else [*in_flight.values(), queued]
-                    _propose_neighbour(study, loaded, local, feasible, measured, waiting, ooms)
+                    _propose_neighbour(study, loaded, local, known, waiting)
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
                 attempt = int(trial.user_attrs.get("attempt", 0))
                 record_driver(trial, config, attempt)
-                source = measured.get(config.key())
+                source = known.measured.get(config.key())
                 if source is not None:
                     status = record_reuse(study, trial, source)
                     reuse_streak = answered(
@@ -222,7 +218,26 @@ def optimize(
                         _line(done, spec.n_trials, trial.number, "invalid", describe(config), reason, best)
                     )
                     continue
-                proof = inferred_oom(config, ooms) if spec.infer_oom else None
+                stored = store.lookup(config_key=config.key(), scope=scope) if store and scope else None
+                if stored is not None:  # measured before, by another study or run: counts, as a first answer
+                    status = record_from_store(study, trial, stored)
+                    known.learn(frozen(study, trial), config)
+                    best = _better(best, trial.number, stored.measurement)
+                    done += 1
+                    reuse_streak = 0
+                    printer(
+                        _line(
+                            done,
+                            spec.n_trials,
+                            trial.number,
+                            status,
+                            describe(config),
+                            f"from the store: study {stored.study_name!r} trial {stored.trial_number}",
+                            best,
+                        )
+                    )
+                    continue
+                proof = inferred_oom(config, known.ooms) if spec.infer_oom else None
                 if proof is not None:
                     status = record_inferred_oom(study, trial, proof)
                     reuse_streak = answered(
@@ -246,12 +261,16 @@ def optimize(
                 retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
                 status = record_outcome(study, flight.trial, measurement, retry=retry)
                 if status in ("ok", "oom"):
-                    measured[flight.config.key()] = stored = frozen(study, flight.trial)
+                    known.learn(frozen(study, flight.trial), flight.config)
                     reuse_streak = 0
-                if status == "ok":
-                    feasible[flight.config.key()] = (flight.config, float(stored.value), number)
-                if status == "oom":
-                    ooms.append((number, flight.config))
+                    if store is not None and scope is not None:
+                        store.put(
+                            config_key=flight.config.key(),
+                            scope=scope,
+                            measurement=measurement,
+                            study_name=spec.name,
+                            trial_number=number,
+                        )
                 if retry:
                     requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
                 else:
@@ -277,7 +296,9 @@ def optimize(
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         s = (
-            "reused"
+            "stored"
+            if "reused_from_store" in t.user_attrs
+            else "reused"
             if "reused_from" in t.user_attrs
             else "inferred"
             if "inferred_from" in t.user_attrs
@@ -298,28 +319,27 @@ def _propose_neighbour(
     study: optuna.Study,
     loaded: LoadedStudy,
     local: LocalSearch,
-    feasible: dict[str, tuple[TrialConfig, float, int]],
-    measured: dict[str, optuna.trial.FrozenTrial],
+    known: Known,
     flights: Iterable[_InFlight],
-    ooms: list[tuple[int, TrialConfig]],
 ) -> None:
     """Enqueue an unanswered neighbour of the best configurations, when it is local search's turn:
     after the start-up trials, except every ``global_every``-th trial (the sampler's)."""
     sampler = loaded.spec.sampler
     startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
     trials = study.get_trials(deepcopy=False)
-    if len(feasible) == 0 or len(trials) < startup or len(trials) % sampler.global_every == 0:
+    if not known.feasible or len(trials) < startup or len(trials) % sampler.global_every == 0:
         return
     if any(t.state.name == "WAITING" for t in trials):
         return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
-    answered = set(measured) | {f.config.key() for f in flights}
-    proposal = local.propose(feasible=[(c, v) for c, v, _ in feasible.values()], answered=answered, ooms=ooms)
+    answered = set(known.measured) | {f.config.key() for f in flights}
+    feasible = [(c, v) for c, v, _ in known.feasible.values()]
+    proposal = local.propose(feasible=feasible, answered=answered, ooms=known.ooms)
     if proposal is None:
         return
     config, base = proposal
     study.enqueue_trial(
         loaded.space.params_for(config),
-        user_attrs={"proposed_by": f"neighbour of trial {feasible[base.key()][2]}"},
+        user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
     )
 
 
@@ -336,6 +356,16 @@ def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:
 def _short(text: str, limit: int = 110) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _better(
+    best: tuple[float, int] | None, number: int, measurement: Measurement
+) -> tuple[float, int] | None:
+    """``best`` updated with trial ``number``'s measurement."""
+    if measurement.outcome is not Outcome.OK or measurement.properties is None:
+        return best
+    value = measurement.properties.dataset_tokens_per_second_per_gpu
+    return (value, number) if best is None or value > best[0] else best
 
 
 def _best(study: optuna.Study) -> tuple[float, int] | None:

@@ -10,6 +10,12 @@ Statuses that count towards ``n_trials``: ok, oom, invalid, failed. A configurat
 after it was measured (ok or oom) is answered from that measurement without running
 (``reused_from``) and does not count; nor does an OOM inferred from a measured one
 (``inferred_from``, see :mod:`explorer.study._inference`).
+
+A configuration answered from the measurement store (``reused_from_store``: measured by another
+study, or by an earlier run of this one, with the same workload on the same hardware; see
+:mod:`explorer.store`) is recorded as if measured, with every property, and counts: it is this
+study's first answer for that configuration, so the sampler's budget is spent as before, without
+the wait.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from explorer.trial_config import TrialConfig
 if TYPE_CHECKING:
     import optuna
 
+    from explorer.store import StoredMeasurement
+
 __all__ = [
     "COUNTED",
     "INFEASIBLE_PLACEHOLDER",
@@ -34,6 +42,7 @@ __all__ = [
     "frozen",
     "answered_without_running",
     "record_driver",
+    "record_from_store",
     "record_inferred_oom",
     "record_reuse",
     "record_outcome",
@@ -60,7 +69,11 @@ def frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial
 
 
 def answered_without_running(trial: optuna.trial.FrozenTrial) -> bool:
-    """Reused or inferred: the study spent nothing on it."""
+    """Reused within the study or inferred: a free answer, which does not count.
+
+    An answer from the measurement store is not one of these: it counts, as the study's first
+    answer for its configuration (see the module docstring).
+    """
     return "reused_from" in trial.user_attrs or "inferred_from" in trial.user_attrs
 
 
@@ -91,6 +104,16 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
         trial.set_constraint(key, value)
     study.tell(trial, source.value)
     return str(status_of(source))
+
+
+def record_from_store(study: optuna.Study, trial: optuna.Trial, stored: StoredMeasurement) -> str:
+    """Answer ``trial`` from a stored measurement, as if it had been measured now (every property,
+    value and constraint), with ``reused_from_store`` naming the study and trial that measured it
+    and ``wall_seconds`` 0. It counts towards ``n_trials``; returns the status written."""
+    import dataclasses
+
+    trial.set_user_attr("reused_from_store", {"study": stored.study_name, "trial": stored.trial_number})
+    return record_outcome(study, trial, dataclasses.replace(stored.measurement, wall_seconds=0.0))
 
 
 def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -> str:

@@ -37,6 +37,7 @@ def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
             )
     if spec.kind == "gp":
         return optuna.samplers.GPSampler(
-            seed=spec.seed, n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials
+            seed=spec.seed,
+            n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials,
         )
     return optuna.samplers.RandomSampler(seed=spec.seed)

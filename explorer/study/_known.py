@@ -1,0 +1,46 @@
+"""What a study already knows: its measured configurations, OOMs and feasible values.
+
+The optimize loop answers repeats from it, infers OOMs from it, and local search climbs from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from explorer.study._record import answered_without_running, config_of, status_of
+from explorer.trial_config import TrialConfig
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["Known"]
+
+
+@dataclass(kw_only=True)
+class Known:
+    """Measured (or stored) answers of one study, by configuration key."""
+
+    measured: dict[str, optuna.trial.FrozenTrial] = field(default_factory=dict)
+    """ok and oom trials that ran or came from the store (not repeats, not inferred)."""
+    ooms: list[tuple[int, TrialConfig]] = field(default_factory=list)
+    """(trial number, configuration) of every measured OOM: the proofs OOM inference cites."""
+    feasible: dict[str, tuple[TrialConfig, float, int]] = field(default_factory=dict)
+    """(configuration, objective value, trial number) of every measured feasible configuration."""
+
+    @classmethod
+    def from_study(cls, study: optuna.Study) -> Known:
+        known = cls()
+        for t in study.get_trials(deepcopy=False):
+            if status_of(t) in ("ok", "oom") and not answered_without_running(t):
+                known.learn(t, config_of(t))
+        return known
+
+    def learn(self, trial: optuna.trial.FrozenTrial, config: TrialConfig) -> None:
+        """Add a finished ok or oom trial that measured ``config``."""
+        status = status_of(trial)
+        self.measured[config.key()] = trial
+        if status == "oom":
+            self.ooms.append((trial.number, config))
+        elif status == "ok" and trial.value is not None:
+            self.feasible[config.key()] = (config, float(trial.value), trial.number)
