@@ -52,7 +52,8 @@ class TrialJob:
                 "trial_number": self.trial_number,
                 "config": self.config.to_dict(),
                 "workload": self.workload.model_dump(mode="json"),
-                "measurement": self.measurement.model_dump(mode="json"),
+                # unset fields stay unset: the stop rule in force depends on what was given
+                "measurement": self.measurement.model_dump(mode="json", exclude_unset=True),
                 "resources": self.resources.model_dump(mode="json"),
                 "model_path": self.model_path,
                 "dataset_path": self.dataset_path,

@@ -117,3 +117,32 @@ def test_spike_warmup_is_bounded_and_a_function_of_the_clock():
     assert w == 1 + 4  # the last spike in the first 6 steps of the window (index 3) and before it
     assert w <= spec.warmup_steps + spec.min_steps
     assert steady_warmup(spec, start=100.0, ends=ends) == w
+
+
+@pytest.mark.parametrize(
+    "given", [{}, {"measured_steps": 12}, {"stop": "seconds", "stop_after_seconds": 5.0}]
+)
+def test_the_stop_rule_survives_the_hand_over_to_the_worker(given: dict) -> None:
+    from explorer.job import TrialJob
+    from explorer.spec import MeasurementSpec, ResourcesSpec, WorkloadSpec
+    from explorer.trial_config import TrialConfig
+
+    measurement = MeasurementSpec.model_validate(given)
+    job = TrialJob(
+        trial_number=0,
+        config=TrialConfig(
+            batch_size=4,
+            number_gpus=1,
+            distributed_backend="NONE",
+            gradient_checkpointing=False,
+            model_max_length=64,
+        ),
+        workload=WorkloadSpec.model_validate(
+            {"model": {"name": "m", "architecture": {"model_type": "llama"}}}
+        ),
+        measurement=measurement,
+        resources=ResourcesSpec(),
+    )
+    back = TrialJob.from_json(job.to_json()).measurement
+    assert back.rule == measurement.rule
+    assert back == measurement
