@@ -3,9 +3,11 @@
 Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
 fresh in-memory study per repeat, with seeds 0..R-1:
 
-* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar, 10 startup
-  trials) with OOM inference on, whatever sampler the study file names;
-* ``no-inference``: the same sampler with OOM inference off;
+* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar, 5 start-up
+  trials; then local search around the best configurations, with every third trial from TPE) and
+  OOM inference on, whatever sampler the study file names;
+* ``no-inference``: the same with OOM inference off;
+* ``no-local-search``: the same TPE and OOM inference, without local search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults; OOM is still a constraint, no inference.
 
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
 
-VARIANTS = ("default", "no-inference", "random", "optuna")
+VARIANTS = ("default", "no-inference", "no-local-search", "random", "optuna")
 TARGET = 0.98
 
 
@@ -82,7 +84,7 @@ def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     from explorer.spec import SamplerSpec
     from explorer.study._sampler import make_sampler
 
-    if variant in ("default", "no-inference"):
+    if variant in ("default", "no-inference", "no-local-search"):
         return make_sampler(SamplerSpec(kind="tpe", seed=seed))
     if variant == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -102,7 +104,11 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
 
     # the study file's sampler (grid, say) is replaced by the variant's
     spec = loaded.spec.model_copy(
-        update={"n_trials": n_trials, "infer_oom": variant == "default", "sampler": SamplerSpec(seed=seed)}
+        update={
+            "n_trials": n_trials,
+            "infer_oom": variant in ("default", "no-local-search"),
+            "sampler": SamplerSpec(seed=seed, local_search=variant in ("default", "no-inference")),
+        }
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()

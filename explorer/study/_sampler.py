@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_STARTUP", "make_sampler"]
 
-DEFAULT_STARTUP = 10
+DEFAULT_STARTUP = 5
 """Random trials before TPE or GP (and local search) take over, unless the study file says."""
 
 
