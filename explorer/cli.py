@@ -75,6 +75,15 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--storage", metavar="URL")
     exp.add_argument("--csv", required=True, metavar="PATH")
 
+    use = sub.add_parser(
+        "utilization",
+        help="GPU-slot utilization of a study: GPU-seconds held by trials over the pool's",
+        description="sum(gpus x (end - start)) / (G x (last end - first start)) over the stored "
+        "trials, run by run (a replay study on its virtual clock, a Ray study on the wall clock).",
+    )
+    use.add_argument("study", metavar="STUDY.yaml")
+    use.add_argument("--storage", metavar="URL")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -95,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _benchmark_search(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "utilization":
+            return _utilization(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -207,11 +218,32 @@ def _export(args: argparse.Namespace) -> int:
 def _optimize(args: argparse.Namespace) -> int:
     from explorer.report import print_summary
     from explorer.spec import load_study
-    from explorer.study import optimize
+    from explorer.study import open_study, optimize, study_utilization
 
     loaded = load_study(args.study, storage=args.storage, n_trials=args.n_trials)
     result = optimize(loaded, reclaim_all=args.reclaim_running)
     print_summary(loaded, result)
+    used = study_utilization(open_study(loaded, create=False))
+    if used is not None:
+        print(used.describe())
+    return 0
+
+
+def _utilization(args: argparse.Namespace) -> int:
+    from explorer.spec import load_study
+    from explorer.study import mask_url, open_study, study_utilization
+
+    loaded = load_study(args.study, storage=args.storage)
+    try:
+        study = open_study(loaded, create=False)
+    except KeyError:  # optuna: "Record does not exist."
+        raise SpecError(
+            file=args.study,
+            field="name",
+            problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
+        ) from None
+    used = study_utilization(study)
+    print(used.describe() if used is not None else "GPU-slot utilization: - (no trial held GPUs)")
     return 0
 
 

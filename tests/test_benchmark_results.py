@@ -125,3 +125,54 @@ def test_every_inferred_oom_of_the_cpu_grid_was_measured_as_oom():
     inferred = [r["identifier"] for r in rows("cpu-quickstart-inferred.csv") if r.get("inferred_from")]
     assert len(measured) == 196 and len(inferred) == 21
     assert [measured[key] for key in inferred] == ["oom"] * 21
+
+
+def test_gpu_pool_utilization_recomputes_from_its_slots():
+    """benchmarks/gpu_pool_utilization.py: every figure follows from each run's slots, the pool is
+    never oversubscribed, and a fresh run of the headline study stores the same slots."""
+    import optuna
+
+    from explorer.launch import GpuSlot
+    from explorer.spec import load_study
+    from explorer.study import utilization
+
+    bench = _bench("gpu_pool_utilization")
+    result = json.loads((RESULTS / "gpu_pool_utilization.json").read_text())
+    runs = result["runs"]
+    assert {r["schedule"] for r in runs} == set(bench.SCHEDULES)
+    for run in runs:
+        slots = [
+            GpuSlot(
+                run="r", clock="virtual", pool=run["pool"], gpus=s["gpus"], start=s["start"], end=s["end"]
+            )
+            for s in run["slots"]
+        ]
+        used = utilization(slots)
+        assert used is not None and used.pool == result["pool_gpus"] == 8
+        assert used.fraction == pytest.approx(run["utilization"], rel=1e-12)
+        assert used.busy_gpu_seconds == pytest.approx(run["busy_gpu_seconds"], rel=1e-12)
+        assert used.capacity_gpu_seconds == pytest.approx(run["capacity_gpu_seconds"], rel=1e-12)
+        assert used.makespan_s == pytest.approx(run["makespan_s"], rel=1e-12)
+        sizes: dict[str, int] = {}
+        for s in slots:
+            sizes[str(s.gpus)] = sizes.get(str(s.gpus), 0) + 1
+        assert run["trial_gpu_sizes"] == sizes and len(sizes) == 4  # 1, 2, 4 and 8 GPUs
+        held = 0
+        for _, delta in sorted([(s.start, s.gpus) for s in slots] + [(s.end, -s.gpus) for s in slots]):
+            held += delta
+            assert held <= 8
+        if run["sampler"] == "random":
+            assert run["counted"] == result["n_trials"] == 100
+    assert json.loads(json.dumps(bench.summarize(runs))) == result["summary"]
+    headline = runs[0]
+    assert (headline["schedule"], headline["seed"]) == ("packing", 0)
+    assert result["headline"] == {k: v for k, v in headline.items() if k != "slots"}
+    assert headline["utilization"] >= result["target"] == 0.9
+    fresh = bench.run_one(
+        load_study(bench.STUDY),
+        "packing",
+        0,
+        "sqlite:///unused.db",
+        storage=optuna.storages.InMemoryStorage(),
+    )
+    assert fresh["slots"] == headline["slots"] and fresh["utilization"] == headline["utilization"]

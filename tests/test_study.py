@@ -95,6 +95,10 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert ok.user_attrs["wrapper"] == "FullyShardedDataParallel:FULL_SHARD"
     assert ok.user_attrs["number_gpus"] == 2 and ok.user_attrs["is_valid"] == 1
     assert (loaded.output_dir / f"trial-{ok.number:05d}" / "train.log").is_file()
+    slot = ok.user_attrs["slot"]  # the Ray launcher's wall-clock hold of the trial's GPUs
+    assert (slot["clock"], slot["gpus"], slot["pool"]) == ("wall", 2, 2)
+    assert slot["end"] - slot["start"] >= 0.9 * ok.user_attrs["wall_seconds"] > 0
+    assert "slot" not in invalid.user_attrs and "slot" not in reused[0].user_attrs
     assert study.best_trial.number in {t.number for t in trials.values() if status_of(t) == "ok"}
     assert any("[  4/4]" in line for line in lines)
 

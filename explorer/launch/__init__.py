@@ -5,9 +5,12 @@ from explorer.launch._ray import RayLauncher, TrialActor, ZygoteHost
 from explorer.launch._replay import ReplayLauncher, ReplayTable
 from explorer.launch._run import collect, run_trial
 from explorer.launch._select import Launcher, launcher_for, replay_selection
+from explorer.launch._slot import SLOT_ATTR, GpuSlot
 from explorer.launch._warm import ensure_zygote
 
 __all__ = [
+    "SLOT_ATTR",
+    "GpuSlot",
     "Launcher",
     "RayLauncher",
     "ReplayLauncher",

@@ -7,14 +7,17 @@ joins an existing cluster instead.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from explorer.job import TrialJob
+from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import ResourcesSpec, StudySpec
 
@@ -101,6 +104,8 @@ class _Running:
     gpus: int
     actor: Any
     ref: Any
+    started: float
+    """Unix time when the actor was asked for (its GPUs are the trial's from then on)."""
 
 
 class RayLauncher:
@@ -128,6 +133,7 @@ class RayLauncher:
         self._started_ray = False
         self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
         self._zygote_hosts: list[Any] = []
+        self.run_id = new_run_id()
 
     @classmethod
     def for_study(
@@ -227,7 +233,7 @@ class RayLauncher:
         run: Any = actor.run
         zygotes = self._zygote_prefix if self.warm_start else None
         ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s, zygotes)
-        self._running[ref] = _Running(job.trial_number, n, actor, ref)
+        self._running[ref] = _Running(job.trial_number, n, actor, ref, started=time.time())
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
         """Measurements of the trials that finished within ``timeout_s`` (possibly none)."""
@@ -246,5 +252,16 @@ class RayLauncher:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 measurement = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}")
             ray.kill(running.actor, no_restart=True)
+            slot = GpuSlot(
+                run=self.run_id,
+                clock="wall",
+                pool=self.total_gpus,
+                gpus=running.gpus,
+                start=running.started,
+                end=max(time.time(), running.started),
+            )
+            measurement = dataclasses.replace(
+                measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()}
+            )
             done.append((running.trial_number, measurement))
         return done

@@ -12,12 +12,20 @@ sequence length among them, are matched against each trial's configuration.
 * A configuration absent from the table is FAILED with a message that says so; it is never
   given a value. Parameters the table has no column for must be fixed by the study (checked when
   the study is loaded), and are then taken as what the table was measured with.
+
+Time runs on a virtual clock: a submitted trial holds its GPUs from the clock's current time for
+its duration (recorded in the table's ``wall_seconds`` or ``train_runtime`` column, or simulated
+from the study's ``launcher.durations``, see :class:`~explorer.spec.DurationSpec`), and ``wait``
+moves the clock to the next completion. Nothing sleeps.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
+import heapq
 import math
+import random
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
@@ -26,7 +34,9 @@ from typing import Any
 
 from explorer.errors import SpecError
 from explorer.job import TrialJob
+from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome, Properties
+from explorer.spec import DurationSpec
 from explorer.trial_config import TrialConfig
 
 __all__ = ["ReplayLauncher", "ReplayTable"]
@@ -40,6 +50,8 @@ _BOOL = {"gradient_checkpointing", "torch_compile"}
 _STR = {"distributed_backend", "fsdp_sharding_strategy", "optim"}
 PARAMETERS = _INT | _BOOL | _STR
 """Table columns matched against a trial's :class:`TrialConfig`."""
+RECORDED_SECONDS = ("wall_seconds", "train_runtime")
+"""Columns that record how long a trial took, the first present wins."""
 
 
 def _parse(name: str, text: str) -> Any:
@@ -178,6 +190,7 @@ class ReplayTable:
             return Measurement(
                 outcome=Outcome.OOM,
                 error=f"is_valid=0 in the replay table {self.path.name} (line {lines[0]})",
+                wall_seconds=next((s for s in map(_recorded_seconds, rows) if s > 0), 0.0),
                 extra={"replay": "infeasible", "replay_lines": lines},
             )
         tput = statistics.median(r.values[OBJECTIVE] for r in valid)
@@ -185,9 +198,18 @@ class ReplayTable:
         return Measurement(
             outcome=Outcome.OK,
             properties=_properties(row.values, tput, config),
-            wall_seconds=row.values.get("train_runtime", 0.0),
+            wall_seconds=_recorded_seconds(row),
             extra={"replay": "row", "replay_lines": lines},
         )
+
+
+def _recorded_seconds(row: _Row) -> float:
+    """How long the row's trial took, as recorded (0.0: not recorded)."""
+    for name in RECORDED_SECONDS:
+        value = row.values.get(name)
+        if value is not None and math.isfinite(value) and value > 0:
+            return value
+    return 0.0
 
 
 def _is_number(text: str) -> bool:
@@ -235,26 +257,101 @@ def _properties(values: dict[str, float], tput: float, config: TrialConfig) -> P
     )
 
 
-class ReplayLauncher:
-    """Same interface as :class:`~explorer.launch.RayLauncher`; every trial is answered at once."""
+@dataclass(order=True)
+class _Held:
+    end: float
+    seq: int
+    start: float = dataclasses.field(compare=False)
+    trial_number: int = dataclasses.field(compare=False)
+    gpus: int = dataclasses.field(compare=False)
+    measurement: Measurement = dataclasses.field(compare=False)
 
-    def __init__(self, *, table: ReplayTable, total_gpus: int) -> None:
+
+class ReplayLauncher:
+    """Same interface as :class:`~explorer.launch.RayLauncher`, on a virtual clock.
+
+    ``submit`` answers the trial from the table at once but holds its GPUs from the current virtual
+    time for the trial's duration; ``fits`` answers from the GPUs held; ``wait`` advances the clock
+    to the next completion and hands back every trial that ends then. Each measurement carries its
+    :class:`~explorer.launch.GpuSlot` (``extra["slot"]``) and its duration as ``wall_seconds``.
+    """
+
+    def __init__(self, *, table: ReplayTable, total_gpus: int, durations: DurationSpec | None = None) -> None:
         self.table = table
         self.total_gpus = total_gpus
-        self._done: list[tuple[int, Measurement]] = []
+        self.durations = durations
+        self.clock = 0.0
+        """Virtual seconds since the launcher was created."""
+        self.run_id = new_run_id()
+        self._held: list[_Held] = []  # a heap, soonest end first
+        self._seq = 0
 
     def start(self) -> None:
         """Nothing to start."""
 
     def shutdown(self) -> None:
-        self._done.clear()
+        self._held.clear()
+
+    @property
+    def gpus_in_use(self) -> int:
+        return sum(h.gpus for h in self._held)
 
     def fits(self, number_gpus: int) -> bool:
-        return number_gpus <= self.total_gpus
+        """Whether a trial of ``number_gpus`` can start now, beside the trials holding GPUs."""
+        return self.gpus_in_use + number_gpus <= self.total_gpus
+
+    def duration(self, trial_number: int, measurement: Measurement) -> float:
+        """Virtual seconds the trial holds its GPUs: recorded, else simulated (see
+        :class:`~explorer.spec.DurationSpec`); 0.0 with neither."""
+        spec = self.durations
+        if (spec is None or spec.use_recorded) and measurement.wall_seconds > 0:
+            return measurement.wall_seconds
+        if spec is None:
+            return 0.0
+        base = {Outcome.OK: spec.ok_s, Outcome.OOM: spec.oom_s}.get(measurement.outcome, spec.failed_s)
+        u = random.Random(f"{spec.seed}:{trial_number}").uniform(-1.0, 1.0)
+        return base * (1.0 + spec.jitter * u)
 
     def submit(self, job: TrialJob) -> None:
-        self._done.append((job.trial_number, self.table.measurement(job.config)))
+        """Start the trial now on the virtual clock.
+
+        Raises:
+            RuntimeError: its GPUs are not free (the caller asks :meth:`fits` first).
+        """
+        gpus = job.config.number_gpus
+        if not self.fits(gpus):
+            raise RuntimeError(
+                f"trial {job.trial_number} needs {gpus} GPUs; {self.gpus_in_use} of {self.total_gpus} are held"
+            )
+        measurement = self.table.measurement(job.config)
+        end = self.clock + self.duration(job.trial_number, measurement)
+        self._seq += 1
+        heapq.heappush(self._held, _Held(end, self._seq, self.clock, job.trial_number, gpus, measurement))
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
-        done, self._done = self._done, []
+        """Advance the clock to the next completion; the trials that end then (``timeout_s`` is
+        not used: virtual time never waits)."""
+        if not self._held:
+            return []
+        self.clock = self._held[0].end
+        done: list[tuple[int, Measurement]] = []
+        while self._held and self._held[0].end <= self.clock:
+            held = heapq.heappop(self._held)
+            slot = GpuSlot(
+                run=self.run_id,
+                clock="virtual",
+                pool=self.total_gpus,
+                gpus=held.gpus,
+                start=held.start,
+                end=held.end,
+            )
+            m = held.measurement
+            done.append(
+                (
+                    held.trial_number,
+                    dataclasses.replace(
+                        m, wall_seconds=held.end - held.start, extra={**m.extra, SLOT_ATTR: slot.to_attr()}
+                    ),
+                )
+            )
         return done

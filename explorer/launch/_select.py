@@ -37,7 +37,11 @@ def launcher_for(
         from explorer.launch._replay import ReplayLauncher
 
         assert loaded.replay_table is not None  # the loader read and checked it
-        return ReplayLauncher(table=loaded.replay_table, total_gpus=(resources or spec.resources).total_gpus)
+        return ReplayLauncher(
+            table=loaded.replay_table,
+            total_gpus=(resources or spec.resources).total_gpus,
+            durations=spec.launcher.durations,
+        )
     from explorer.launch._ray import RayLauncher
 
     return RayLauncher.for_study(spec, output_dir=output_dir, resources=resources)

@@ -3,6 +3,7 @@
 from explorer.spec._load import LoadedStudy, load_study, read_yaml
 from explorer.spec._models import (
     DatasetSpec,
+    DurationSpec,
     LauncherSpec,
     MeasurementSpec,
     MethodSpec,
@@ -15,6 +16,7 @@ from explorer.spec._models import (
 
 __all__ = [
     "DatasetSpec",
+    "DurationSpec",
     "LauncherSpec",
     "LoadedStudy",
     "MeasurementSpec",

@@ -151,7 +151,11 @@ def load_study(
         if not Path(replay_table).is_file():
             raise SpecError(file="--table", field="", problem=f"{replay_table} does not exist")
         launcher = raw.get("launcher")
-        keep = {k: v for k, v in launcher.items() if k == "max_retries"} if isinstance(launcher, dict) else {}
+        keep = (
+            {k: v for k, v in launcher.items() if k in ("max_retries", "durations")}
+            if isinstance(launcher, dict)
+            else {}
+        )
         raw = {**raw, "launcher": {**keep, "kind": "replay", "table": str(Path(replay_table).resolve())}}
     try:
         spec = StudySpec.model_validate(raw)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "DatasetSpec",
+    "DurationSpec",
     "LauncherSpec",
     "MeasurementSpec",
     "MethodSpec",
@@ -237,6 +238,31 @@ class ResourcesSpec(_Spec):
         return self.gpus_per_node * self.nodes
 
 
+class DurationSpec(_Spec):
+    """How long a replayed trial holds its GPUs on the replay launcher's virtual clock.
+
+    A trial's duration is the one its table row recorded (a ``wall_seconds`` column, else
+    ``train_runtime``), when ``use_recorded`` is on and the row has a positive value; otherwise it
+    is simulated: ``ok_s``, ``oom_s`` or ``failed_s`` by the trial's outcome, times ``1 + jitter *
+    u`` with ``u`` uniform in [-1, 1], drawn from a generator seeded by ``seed`` and the trial
+    number (the same trial always takes the same time, whatever ran beside it).
+    """
+
+    ok_s: PositiveFloat = 300.0
+    """Seconds a feasible (measured) trial takes."""
+    oom_s: PositiveFloat = 60.0
+    """Seconds an OOM trial takes (model load and the first step)."""
+    failed_s: PositiveFloat = 60.0
+    """Seconds a failed trial takes (a configuration absent from the table)."""
+    jitter: float = Field(default=0.0, ge=0.0, lt=1.0, strict=True)
+    """Relative spread of a simulated duration: each is scaled by a uniform factor in
+    ``[1 - jitter, 1 + jitter]``."""
+    seed: Int = 0
+    """Seed of the jitter."""
+    use_recorded: bool = True
+    """Take a row's recorded ``wall_seconds`` (else ``train_runtime``) where it has one."""
+
+
 class LauncherSpec(_Spec):
     """Where trials run."""
 
@@ -256,6 +282,9 @@ class LauncherSpec(_Spec):
     node and the torchrun runner (or one process); ``false`` starts fresh interpreters."""
     max_retries: NonNegativeInt = 1
     """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
+    durations: DurationSpec | None = None
+    """``replay`` only: how long each trial holds its GPUs on the launcher's virtual clock.
+    ``None``: the row's recorded ``wall_seconds`` or ``train_runtime``, else no time at all."""
 
     @model_validator(mode="after")
     def _check_table(self) -> LauncherSpec:
@@ -263,6 +292,8 @@ class LauncherSpec(_Spec):
             raise ValueError("kind: replay needs a table")
         if self.kind != "replay" and self.table is not None:
             raise ValueError("table is only for kind: replay")
+        if self.kind != "replay" and self.durations is not None:
+            raise ValueError("durations is only for kind: replay (a real launcher measures them)")
         return self
 
 
@@ -294,7 +325,15 @@ class StudySpec(_Spec):
     timeout_s: PositiveFloat | None = None
     """Stop launching new trials after this many seconds of this run."""
     parallel_trials: PositiveInt = 1
-    """Trials in flight at once, as far as the GPUs allow."""
+    """Trials in flight at once, as far as the GPUs allow (trials asked and waiting for GPUs
+    count too)."""
+    lookahead: PositiveInt = 4
+    """Asked trials that may wait for GPUs at once. While GPUs are free and none of them fits,
+    the driver asks for another; the oldest that fits starts first (first fit). ``1``: trials
+    start strictly in the order asked (no packing)."""
+    max_passed_over: NonNegativeInt = 8
+    """Times younger waiting trials may start ahead of the oldest one; after that nothing else
+    starts until it fits, so a large trial is never starved by a stream of small ones."""
     infer_oom: bool = True
     """Record a configuration that needs at least the memory of a known OOM (larger per-device
     batch, longer sequences, checkpointing off, less sharding, fewer GPUs under sharding; all else

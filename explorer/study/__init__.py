@@ -13,11 +13,13 @@ from explorer.study._record import (
 )
 from explorer.study._recover import reclaim_interrupted
 from explorer.study._storage import mask_url, open_storage
+from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
     "COUNTED",
     "OBJECTIVE",
     "OptimizeResult",
+    "Utilization",
     "answered_without_running",
     "config_of",
     "counted_trials",
@@ -31,5 +33,8 @@ __all__ = [
     "optimize",
     "reclaim_interrupted",
     "record_outcome",
+    "slots_of",
     "status_of",
+    "study_utilization",
+    "utilization",
 ]

@@ -59,6 +59,27 @@ class _InFlight:
     trial: optuna.Trial
     config: TrialConfig
     attempt: int
+    passed_over: int = 0
+    """While it waits for GPUs: times a younger waiting trial started ahead of it."""
+
+
+def _next_to_start(
+    pending: list[_InFlight], fits: Callable[[int], bool], max_passed_over: int
+) -> _InFlight | None:
+    """The waiting trial to start now, taken out of ``pending`` (``None``: none can start).
+
+    First fit, oldest first. When a younger trial starts ahead of the oldest, the oldest is passed
+    over once more; once it has been passed over ``max_passed_over`` times it is reserved: nothing
+    else starts until it fits (the GPUs drain for it), so a large trial is never starved.
+    """
+    for i, flight in enumerate(pending):
+        if fits(flight.config.number_gpus):
+            if i > 0:
+                pending[0].passed_over += 1
+            return pending.pop(i)
+        if i == 0 and flight.passed_over >= max_passed_over:
+            return None
+    return None
 
 
 def describe(config: TrialConfig) -> str:
@@ -167,7 +188,7 @@ def optimize(
     if launcher is None:
         launcher = launcher_for(loaded, output_dir=loaded.output_dir)
     in_flight: dict[int, _InFlight] = {}
-    queued: _InFlight | None = None  # asked, valid, waiting for GPUs to free up
+    pending: list[_InFlight] = []  # asked, valid, waiting for GPUs to free up; oldest first
     best: tuple[float, int] | None = _best(study)
     known = Known.from_study(study)
     local = (
@@ -188,13 +209,28 @@ def optimize(
     try:
         while True:
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
-            room = len(in_flight) + (queued is not None) < spec.parallel_trials
+            room = len(in_flight) + len(pending) < spec.parallel_trials
             exhausted = reuse_streak >= MAX_REUSE_STREAK
+            flight = _next_to_start(pending, launcher.fits, spec.max_passed_over)
+            if flight is not None:
+                if not launcher_started:
+                    launcher.start()
+                    launcher_started = True
+                launcher.submit(TrialJob.for_study(loaded, flight.config, trial_number=flight.trial.number))
+                in_flight[flight.trial.number] = flight
+                printer(f"        trial {flight.trial.number} started: {describe(flight.config)}")
+                continue
+            # nothing waiting can start: ask for another while GPUs are free (or nothing waits yet)
+            wanted = not pending or (
+                len(pending) < spec.lookahead
+                and launcher.fits(1)
+                and pending[0].passed_over < spec.max_passed_over
+            )
             if (
-                queued is None
+                wanted
                 and room
                 and not (timed_out or exhausted)
-                and done + len(in_flight) < spec.n_trials
+                and done + len(in_flight) + len(pending) < spec.n_trials
             ):
                 if local is not None:
                     waiting = in_flight.values() if queued is None else [*in_flight.values(), queued]
@@ -244,17 +280,9 @@ def optimize(
                         reuse_streak, trial.number, status, config, f"inferred from OOM trial {proof}"
                     )
                     continue
-                queued = _InFlight(trial, config, attempt)
-            if queued is not None and launcher.fits(queued.config.number_gpus):
-                if not launcher_started:
-                    launcher.start()
-                    launcher_started = True
-                launcher.submit(TrialJob.for_study(loaded, queued.config, trial_number=queued.trial.number))
-                in_flight[queued.trial.number] = queued
-                printer(f"        trial {queued.trial.number} started: {describe(queued.config)}")
-                queued = None
+                pending.append(_InFlight(trial, config, attempt))
                 continue
-            if not in_flight and queued is None:
+            if not in_flight and not pending:
                 break
             for number, measurement in launcher.wait(timeout_s=1.0):
                 flight = in_flight.pop(number)
@@ -288,7 +316,7 @@ def optimize(
                 printer(_line(done, spec.n_trials, number, status, describe(flight.config), detail, best))
     except KeyboardInterrupt:
         printer("interrupted: in-flight trials are marked interrupted and re-run on resume")
-        _abandon(study, list(in_flight.values()) + ([queued] if queued else []))
+        _abandon(study, list(in_flight.values()) + pending)
         raise
     finally:
         if owns_launcher and launcher_started:
