@@ -233,7 +233,7 @@ def optimize(
                 and done + len(in_flight) + len(pending) < spec.n_trials
             ):
                 if local is not None:
-                    waiting = in_flight.values() if queued is None else [*in_flight.values(), queued]
+                    waiting = [*in_flight.values(), *pending]
                     _propose_neighbour(study, loaded, local, known, waiting)
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
