@@ -89,11 +89,13 @@ def tokens_per_second_per_gpu(
     return tokens / step
 
 
-def model_rows(m: Model) -> list[dict]:
+def model_rows(
+    m: Model, *, seqs: tuple[int, ...] = (2048,), batches: tuple[int, ...] = (8, 16, 32, 64, 128)
+) -> list[dict]:
     rows = []
-    for seq in (2048,):
+    for seq in seqs:
         for gpus in (1, 2, 4, 8):
-            for bs in (8, 16, 32, 64, 128):
+            for bs in batches:
                 if bs % gpus:
                     continue
                 for ckpt in (False, True):
@@ -137,12 +139,18 @@ def model_rows(m: Model) -> list[dict]:
     return rows
 
 
+WIDE = {"seqs": (1024, 2048, 4096), "batches": (4, 8, 16, 32, 64, 128, 256)}
+"""The wide granite table (762 configurations) for the 500-trial overhead study
+(``benchmarks/optuna_overhead.py``): more sequence lengths and batch sizes, same model."""
+
+
 def write_tables() -> list[Path]:
     TABLES.mkdir(parents=True, exist_ok=True)
     paths = []
-    for m in MODELS.values():
-        rows = model_rows(m)
-        path = TABLES / f"model-{m.name}.csv"
+    tables = [(f"model-{m.name}.csv", model_rows(m)) for m in MODELS.values()]
+    tables.append(("model-granite-3.1-2b-wide.csv", model_rows(MODELS["granite-3.1-2b"], **WIDE)))  # type: ignore[arg-type]
+    for name, rows in tables:
+        path = TABLES / name
         with path.open("w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
             writer.writeheader()

@@ -183,7 +183,7 @@ def benchmark_search(
 
 def format_table(result: dict[str, Any]) -> str:
     """The figures as a fixed-width table."""
-    head = f"{'variant':12} {'median':>7} {'p90':>5} {'<=30':>6} {'best@20':>8} {'infeasible':>10} {'inferred':>8}"
+    head = f"{'variant':16} {'median':>7} {'p90':>5} {'<=30':>6} {'best@20':>8} {'infeasible':>10} {'inferred':>8}"
     lines = [
         f"table {result['table']}: best {result['best']:.1f} {result['objective']}, "
         f"{result['configurations_in_table']} configurations ({result['configurations_missing']} of the space missing)",
@@ -191,7 +191,7 @@ def format_table(result: dict[str, Any]) -> str:
     ]
     for name, v in result["variants"].items():
         lines.append(
-            f"{name:12} {v['median_trials_to_98pct']:>7} {v['p90_trials_to_98pct']:>5} "
+            f"{name:16} {v['median_trials_to_98pct']:>7} {v['p90_trials_to_98pct']:>5} "
             f"{v['share_reached_within_30']:>6.0%} {v['mean_best_after_20_over_best']:>8.3f} "
             f"{v['share_infeasible_trials']:>10.0%} {v['inferred_per_run']:>8.1f}"
         )

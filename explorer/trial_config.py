@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -76,4 +77,12 @@ class TrialConfig:
 
         Two configurations that run the same job have the same key.
         """
-        return "-".join(f"{k}.{v}" for k, v in self.to_dict().items() if v is not None)
+        return _key(self)
+
+
+@functools.lru_cache(maxsize=65536)
+def _key(config: TrialConfig) -> str:
+    # the optimize loop asks for keys of the same configurations many times a trial
+    return "-".join(
+        f"{f.name}.{v}" for f in dataclasses.fields(config) if (v := getattr(config, f.name)) is not None
+    )

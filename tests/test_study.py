@@ -214,3 +214,26 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
         if t.user_attrs.get("requeued_from") == interrupted[0].number and status_of(t) in ("ok", "oom")
     ]
     assert len(remeasured) == 1 and remeasured[0].user_attrs["config_key"] == interrupted_key
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "memory"])
+def test_user_attrs_written_together_read_back_and_finished_trials_refuse_them(tmp_path, backend):
+    import optuna
+
+    from explorer.study._record import set_user_attrs
+
+    storage = (
+        optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/a.db")
+        if backend == "sqlite"
+        else optuna.storages.InMemoryStorage()
+    )
+    study = optuna.create_study(storage=storage)
+    trial = study.ask()
+    trial.set_user_attr("status", "running")
+    attrs = {"status": "ok", "n": 3, "nested": {"a": [1, 2.5]}, "none": None, "text": "é"}
+    set_user_attrs(trial, attrs)
+    assert study.trials[0].user_attrs == attrs  # the earlier value was replaced, not duplicated
+    study.tell(trial, 1.0)
+    with pytest.raises(RuntimeError):
+        set_user_attrs(trial, {"late": 1})
+    assert "late" not in study.trials[0].user_attrs

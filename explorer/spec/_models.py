@@ -334,6 +334,11 @@ class StudySpec(_Spec):
     max_passed_over: NonNegativeInt = 8
     """Times younger waiting trials may start ahead of the oldest one; after that nothing else
     starts until it fits, so a large trial is never starved by a stream of small ones."""
+    when_converged: Literal["stop", "explore"] = "stop"
+    """When the sampler keeps proposing configurations already answered: ``stop`` after 30 such
+    proposals in a row (the study has nothing new to try); ``explore``: after one, run an
+    unanswered configuration of the space at random, so that ``n_trials`` distinct ones are spent
+    (stopping only when none is left)."""
     infer_oom: bool = True
     """Record a configuration that needs at least the memory of a known OOM (larger per-device
     batch, longer sequences, checkpointing off, less sharding, fewer GPUs under sharding; all else

@@ -40,6 +40,9 @@ __all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
 MAX_REUSE_STREAK = 30
+EXPLORE_AFTER = 1
+"""With ``when_converged: explore``: after this many proposals in a row answered without running,
+the next is an unanswered configuration drawn at random."""
 """Stop asking after this many proposals in a row were all answered without running (already
 measured, or inferred OOM): the sampler has nothing new to try."""
 
@@ -191,6 +194,7 @@ def optimize(
     pending: list[_InFlight] = []  # asked, valid, waiting for GPUs to free up; oldest first
     best: tuple[float, int] | None = _best(study)
     known = Known.from_study(study)
+    valid_configs: list[TrialConfig] = []  # for when_converged: explore, filled on first use
     local = (
         LocalSearch(space=loaded.space, resources=spec.resources)
         if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
@@ -232,8 +236,10 @@ def optimize(
                 and not (timed_out or exhausted)
                 and done + len(in_flight) + len(pending) < spec.n_trials
             ):
-                if local is not None:
-                    waiting = [*in_flight.values(), *pending]
+                waiting = [*in_flight.values(), *pending]
+                if spec.when_converged == "explore" and reuse_streak >= EXPLORE_AFTER:
+                    _propose_unanswered(study, loaded, known, waiting, valid_configs)
+                elif local is not None:
                     _propose_neighbour(study, loaded, local, known, waiting)
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
@@ -369,6 +375,34 @@ def _propose_neighbour(
         loaded.space.params_for(config),
         user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
     )
+
+
+def _propose_unanswered(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    known: Known,
+    flights: Iterable[_InFlight],
+    configs: list[TrialConfig],
+) -> None:
+    """Enqueue a random configuration of the space that is not answered, in flight, invalid or
+    inferred OOM (``when_converged: explore``); none left: nothing (the streak then stops the study)."""
+    import random
+
+    from optuna.trial import TrialState
+
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return
+    taken = set(known.measured) | {f.config.key() for f in flights}
+    if not configs:  # the valid configurations of the space, enumerated once
+        configs.extend(
+            c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None
+        )
+    rng = random.Random(f"{loaded.spec.sampler.seed}:{len(study.get_trials(deepcopy=False))}")
+    for i in rng.sample(range(len(configs)), len(configs)):
+        c = configs[i]
+        if c.key() not in taken and inferred_oom(c, known.ooms) is None:
+            study.enqueue_trial(loaded.space.params_for(c), user_attrs={"proposed_by": "explore"})
+            return
 
 
 def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:

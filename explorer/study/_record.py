@@ -20,6 +20,7 @@ the wait.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ __all__ = [
     "frozen",
     "answered_without_running",
     "record_driver",
+    "set_user_attrs",
     "record_from_store",
     "record_inferred_oom",
     "record_reuse",
@@ -95,11 +97,8 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
     property; it does not count towards ``n_trials``. (Copying every property made each reuse
     about 50 storage commits; sampled spaces are re-proposed often.)
     """
-    for key in REUSED_ATTRS:
-        if key in source.user_attrs:
-            trial.set_user_attr(key, source.user_attrs[key])
-    trial.set_user_attr("reused_from", source.number)
-    trial.set_user_attr("wall_seconds", 0.0)
+    attrs = {key: source.user_attrs[key] for key in REUSED_ATTRS if key in source.user_attrs}
+    set_user_attrs(trial, {**attrs, "reused_from": source.number, "wall_seconds": 0.0})
     for key, value in source.constraints.items():
         trial.set_constraint(key, value)
     study.tell(trial, source.value)
@@ -119,14 +118,69 @@ def record_from_store(study: optuna.Study, trial: optuna.Trial, stored: StoredMe
 def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -> str:
     """Record ``trial`` as OOM without running it: it dominates trial ``source``, which ran out of
     memory. It does not count towards ``n_trials``."""
-    trial.set_user_attr("inferred_from", source)
-    trial.set_user_attr("wall_seconds", 0.0)
-    trial.set_user_attr("is_valid", 0)
-    trial.set_user_attr("status", Outcome.OOM.value)
-    trial.set_user_attr("error", f"inferred: needs at least the memory of trial {source}, which ran out")
+    set_user_attrs(
+        trial,
+        {
+            "inferred_from": source,
+            "wall_seconds": 0.0,
+            "is_valid": 0,
+            "status": Outcome.OOM.value,
+            "error": f"inferred: needs at least the memory of trial {source}, which ran out",
+        },
+    )
     trial.set_constraint(CONSTRAINT, 1.0)
     study.tell(trial, INFEASIBLE_PLACEHOLDER)
     return Outcome.OOM.value
+
+
+def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
+    """Write several user attributes of a running trial in one transaction.
+
+    Optuna writes each ``set_user_attr`` in a transaction of its own; a trial has about 50, and
+    the commits were most of the loop's cost on sqlite. On an RDB storage (behind Optuna's cache,
+    which holds only finished trials) they go in one session through the storage's own
+    ``_set_trial_attr_without_commit`` (private Optuna API, checked for; other storages, or an
+    Optuna without it, get the public call per attribute).
+    """
+    from optuna.storages import RDBStorage
+
+    storage = trial.study._storage
+    backend = getattr(storage, "_backend", storage)  # optuna.storages._CachedStorage wraps RDB
+    if isinstance(backend, RDBStorage) and hasattr(backend, "_set_trial_attr_without_commit"):
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        dialect = backend.engine.name
+        with _create_scoped_session(backend.scoped_session, True) as session:
+            if dialect not in ("sqlite", "postgresql"):
+                for key, value in attrs.items():
+                    backend._set_trial_attr_without_commit(
+                        session, models.TrialUserAttributeModel, trial._trial_id, key, value
+                    )
+                return
+            # one check that the trial is still running, then one upsert of every attribute
+            row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
+            backend.check_trial_is_updatable(trial._trial_id, row.state)  # type: ignore[arg-type]
+            insert = _dialect_insert(dialect)(models.TrialUserAttributeModel)
+            values = [
+                {"trial_id": trial._trial_id, "key": key, "value_json": json.dumps(value)}
+                for key, value in attrs.items()
+            ]
+            session.execute(
+                insert.values(values).on_conflict_do_update(
+                    index_elements=["trial_id", "key"], set_={"value_json": insert.excluded.value_json}
+                )
+            )
+        return
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+
+
+def _dialect_insert(dialect: str) -> Any:
+    """The insert with ``on_conflict_do_update`` of sqlite or PostgreSQL."""
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return sqlite.insert if dialect == "sqlite" else postgresql.insert
 
 
 def config_of(trial: optuna.trial.FrozenTrial) -> TrialConfig:
@@ -142,13 +196,15 @@ def record_driver(trial: optuna.Trial, config: TrialConfig, attempt: int) -> Non
     import psutil
 
     me = psutil.Process()
-    trial.set_user_attr(
-        "driver", {"host": socket.gethostname(), "pid": os.getpid(), "start": me.create_time()}
+    set_user_attrs(
+        trial,
+        {
+            "driver": {"host": socket.gethostname(), "pid": os.getpid(), "start": me.create_time()},
+            "attempt": attempt,
+            "config_key": config.key(),
+            **config.to_dict(),
+        },
     )
-    trial.set_user_attr("attempt", attempt)
-    trial.set_user_attr("config_key", config.key())
-    for name, value in config.to_dict().items():
-        trial.set_user_attr(name, value)
 
 
 def record_outcome(
@@ -169,8 +225,7 @@ def record_outcome(
     outcome = measurement.outcome
     status = "retry" if outcome is Outcome.FAILED and retry else outcome.value
     attrs["status"] = status
-    for key, value in attrs.items():
-        trial.set_user_attr(key, value)
+    set_user_attrs(trial, attrs)
     if outcome is Outcome.FAILED:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return status
