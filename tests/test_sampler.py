@@ -37,3 +37,27 @@ def test_grid_enqueues_every_valid_configuration_once(write_study, tmp_path):
         seen.add(loaded.space.suggest(trial))
         study.tell(trial, 0.0)
     assert seen == set(valid)
+
+
+@pytest.mark.parametrize("kind", ["tpe", "gp"])
+def test_each_model_sampler_runs_past_its_start_up_trials(kind):
+    """The model kicks in after the start-up trials (GP needs scipy: it once was missing)."""
+    import dataclasses
+    from pathlib import Path
+
+    from explorer.study import optimize
+
+    root = Path(__file__).resolve().parents[1]
+    loaded = load_study(
+        root / "benchmarks" / "search_studies" / "granite-3.1-2b.yaml",
+        replay_table=root / "benchmarks" / "results" / "tables" / "model-granite-3.1-2b.csv",
+    )
+    spec = loaded.spec.model_copy(
+        update={
+            "n_trials": 10,
+            "sampler": SamplerSpec(kind=kind, seed=0, n_startup_trials=3, local_search=False),
+        }
+    )
+    storage = optuna.storages.InMemoryStorage()
+    result = optimize(dataclasses.replace(loaded, spec=spec), printer=lambda _: None, storage=storage)
+    assert result.counted == 10

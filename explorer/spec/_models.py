@@ -301,6 +301,10 @@ class SamplerSpec(_Spec):
     """The Optuna sampler."""
 
     kind: Literal["tpe", "gp", "random", "grid"] = "tpe"
+    """``tpe`` (the default: multivariate, grouped for the conditional FSDP parameters, constant
+    liar for parallel trials); ``gp`` (Optuna's GPSampler: it has no conditional spaces, so the
+    backend and FSDP settings are sampled at random; on the benchmark tables it was worse than TPE
+    on two of three); ``random``; ``grid`` (every configuration, enqueued)."""
     seed: Int | None = 0
     n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""

@@ -36,8 +36,11 @@ def make_sampler(spec: SamplerSpec) -> optuna.samplers.BaseSampler:
                 n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials,
             )
     if spec.kind == "gp":
+        # GP has no conditional spaces: it samples the backend and FSDP settings at random
+        # (Optuna warns so on every trial; the study file's documentation says it once)
         return optuna.samplers.GPSampler(
             seed=spec.seed,
             n_startup_trials=DEFAULT_STARTUP if spec.n_startup_trials is None else spec.n_startup_trials,
+            warn_independent_sampling=False,
         )
     return optuna.samplers.RandomSampler(seed=spec.seed)
