@@ -176,3 +176,18 @@ def test_gpu_pool_utilization_recomputes_from_its_slots():
         storage=optuna.storages.InMemoryStorage(),
     )
     assert fresh["slots"] == headline["slots"] and fresh["utilization"] == headline["utilization"]
+
+
+def test_optuna_overhead_recomputes_from_its_raw_figures():
+    """benchmarks/optuna_overhead.py: the per-trial cost comes from the wall and launcher seconds
+    and the trials the study stored; the target is 50 ms a counted trial."""
+    raw = json.loads((RESULTS / "optuna_overhead.json").read_text())
+    own = raw["wall_seconds"] - raw["launcher_seconds"]
+    assert len(raw["trials"]) == raw["optuna_trials"] == sum(raw["statuses"].values())
+    assert raw["counted"] == raw["n_trials"] == 500
+    assert raw["ms_per_counted_trial"] == pytest.approx(1000 * own / raw["counted"])
+    assert raw["ms_per_optuna_trial"] == pytest.approx(1000 * own / len(raw["trials"]))
+    starts = [start for _, start, _ in raw["trials"]]
+    ends = [end for _, _, end in raw["trials"]]
+    assert max(ends) - min(starts) <= raw["wall_seconds"]  # every trial fell within the timed run
+    assert raw["ms_per_counted_trial"] <= 50

@@ -246,3 +246,20 @@ def test_cli_prints_the_stored_utilization(write_study, tmp_path, capsys):
     assert f"{100 * used.fraction:.1f}%" in out and "virtual clock" in out
     busy = sum(s.gpu_seconds for s in slots_of(open_study(load_study(path), create=False).get_trials()))
     assert used.busy_gpu_seconds == pytest.approx(busy)
+
+
+def test_a_configuration_proposed_while_it_runs_waits_for_that_answer(write_study, tmp_path):
+    """Two proposals of one configuration in flight at once: it runs once, the other is answered
+    from it when it ends (not run twice)."""
+    path = _pool_study(write_study, tmp_path, n_trials=3)
+    _enqueue(path, [(1, 8), (1, 8), (1, 16), (1, 8)])
+    lines: list[str] = []
+    optimize(load_study(path), printer=lines.append)
+    study = open_study(load_study(path), create=False)
+    trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+    slots = _stored_slots(path)
+    ran = [config_of(trials[n]).key() for n in slots]
+    assert len(ran) == len(set(ran))  # nothing ran twice
+    assert 0 in slots and 1 not in slots
+    assert trials[1].user_attrs["reused_from"] == 0 and trials[1].value == trials[0].value
+    assert any("trial 1 waits for trial 0" in line for line in lines)

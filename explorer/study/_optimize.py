@@ -23,6 +23,7 @@ from explorer.study._record import (
     record_inferred_oom,
     record_outcome,
     record_reuse,
+    set_user_attrs,
     status_of,
 )
 from explorer.study._recover import reclaim_interrupted, requeue
@@ -191,6 +192,7 @@ def optimize(
     if launcher is None:
         launcher = launcher_for(loaded, output_dir=loaded.output_dir)
     in_flight: dict[int, _InFlight] = {}
+    twins: dict[str, list[_InFlight]] = {}  # proposals of a configuration already in flight or pending
     pending: list[_InFlight] = []  # asked, valid, waiting for GPUs to free up; oldest first
     best: tuple[float, int] | None = _best(study)
     known = Known.from_study(study)
@@ -252,6 +254,14 @@ def optimize(
                         reuse_streak, trial.number, status, config, f"reused trial {source.number}"
                     )
                     continue
+                busy = next((f for f in [*in_flight.values(), *pending] if f.config == config), None)
+                if busy is not None:  # the same configuration is running or waiting: wait for its answer
+                    twins.setdefault(config.key(), []).append(_InFlight(trial, config, attempt))
+                    reuse_streak += 1
+                    printer(
+                        f"        trial {trial.number} waits for trial {busy.trial.number}: same configuration"
+                    )
+                    continue
                 reason = invalid_reason(config, spec.resources)
                 if reason is not None:
                     record_outcome(study, trial, Measurement(outcome=Outcome.INVALID, error=reason))
@@ -305,9 +315,23 @@ def optimize(
                             study_name=spec.name,
                             trial_number=number,
                         )
-                if retry:
+                waiting = twins.pop(flight.config.key(), [])
+                if status in ("ok", "oom"):
+                    source = known.measured[flight.config.key()]
+                    for twin in waiting:
+                        record_reuse(study, twin.trial, source)
+                        printer(f"        trial {twin.trial.number} {status}: reused trial {number}")
+                elif waiting and retry:  # the first proposal of it again runs as the retry
+                    waiting[0].attempt = flight.attempt + 1
+                    pending.append(waiting[0])
+                    if waiting[1:]:
+                        twins[flight.config.key()] = waiting[1:]
+                else:  # failed for good: so would they (answered so, without counting)
+                    for twin in waiting:
+                        _fail_as(study, twin, number)
+                if retry and not waiting:
                     requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
-                else:
+                elif not retry:
                     done += 1
                 if status == "ok" and measurement.properties is not None:
                     value = measurement.properties.dataset_tokens_per_second_per_gpu
@@ -322,7 +346,7 @@ def optimize(
                 printer(_line(done, spec.n_trials, number, status, describe(flight.config), detail, best))
     except KeyboardInterrupt:
         printer("interrupted: in-flight trials are marked interrupted and re-run on resume")
-        _abandon(study, list(in_flight.values()) + pending)
+        _abandon(study, [*in_flight.values(), *pending, *(t for ts in twins.values() for t in ts)])
         raise
     finally:
         if owns_launcher and launcher_started:
@@ -403,6 +427,22 @@ def _propose_unanswered(
         if c.key() not in taken and inferred_oom(c, known.ooms) is None:
             study.enqueue_trial(loaded.space.params_for(c), user_attrs={"proposed_by": "explore"})
             return
+
+
+def _fail_as(study: optuna.Study, twin: _InFlight, number: int) -> None:
+    """Finish ``twin`` as failed, like trial ``number`` of the same configuration (not counted)."""
+    import optuna
+
+    set_user_attrs(
+        twin.trial,
+        {
+            "status": "failed",
+            "reused_from": number,
+            "wall_seconds": 0.0,
+            "error": f"same configuration as trial {number}, which failed (retries exhausted)",
+        },
+    )
+    study.tell(twin.trial, state=optuna.trial.TrialState.FAIL)
 
 
 def _abandon(study: optuna.Study, flights: list[_InFlight]) -> None:
