@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
@@ -10,6 +11,9 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = ["mask_url", "open_storage"]
+
+_CREATED_BY_ANOTHER = ("already exists", "UNIQUE constraint failed")
+"""sqlite's words when another process created Optuna's schema at the same moment."""
 
 
 def mask_url(url: str) -> str:
@@ -45,4 +49,14 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
     except Exception as exc:  # any driver error means "unreachable": report it as one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}") from None
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
+            # Processes creating Optuna's tables in a fresh file at once (`optimize` and a reader
+            # polling it): the loser's CREATE TABLE finds the winner's table, or its version row
+            # is already there. The schema exists now, so open again.
+            if not any(m in str(exc) for m in _CREATED_BY_ANOTHER) or attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
