@@ -191,3 +191,13 @@ def test_optuna_overhead_recomputes_from_its_raw_figures():
     ends = [end for _, _, end in raw["trials"]]
     assert max(ends) - min(starts) <= raw["wall_seconds"]  # every trial fell within the timed run
     assert raw["ms_per_counted_trial"] <= 50
+
+
+def test_memory_prior_figures_recompute_from_the_cpu_table():
+    """benchmarks/memory_prior.py: the committed error figures are what the model gives on the
+    measured CPU table (seeded draws, so exactly)."""
+    module = _bench("memory_prior")
+    committed = json.loads((RESULTS / "memory_prior.json").read_text())
+    again = json.loads(json.dumps(module.evaluate(RESULTS / "tables" / "cpu-quickstart.csv")))
+    assert again == committed
+    assert committed["by_size"]["20"]["feasible_predicted_oom"] < 0.01
