@@ -105,7 +105,9 @@ def test_a_study_climbs_from_its_best_trials(loaded):
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
     local = LocalSearch(space=loaded.space, resources=loaded.spec.resources)
-    proposed = [t for t in trials if "proposed_by" in t.user_attrs]
+    starts = [t for t in trials if t.user_attrs.get("proposed_by") == "start"]
+    assert [t.number for t in starts] == [0, 1, 2, 3, 4]
+    proposed = [t for t in trials if t.user_attrs.get("proposed_by", "").startswith("neighbour of trial")]
     assert len(proposed) >= 10
     for t in proposed:
         base = by_number[int(t.user_attrs["proposed_by"].rsplit(" ", 1)[1])]
@@ -121,3 +123,21 @@ def test_a_study_climbs_from_its_best_trials(loaded):
     assert not any(
         "proposed_by" in t.user_attrs for t in open_study(off, create=False, storage=storage).get_trials()
     )
+
+
+def test_start_up_trials_cover_every_value_they_can(loaded):
+    """Five covering start-up configurations see both checkpointing settings, both FSDP versions,
+    DDP and FSDP, and four GPU counts; five random ones seldom do."""
+    local = LocalSearch(space=loaded.space, resources=loaded.spec.resources)
+    seen: list[tuple[str, object]] = []
+    starts = []
+    for i in range(5):
+        c = local.start(seen=seen, seed=f"0:{i}")
+        starts.append(c)
+        seen += list(loaded.space.params_for(c).items())
+    assert len(set(starts)) == 5
+    assert {c.gradient_checkpointing for c in starts} == {False, True}
+    assert {c.number_gpus for c in starts} == {1, 2, 4, 8}
+    assert {c.distributed_backend for c in starts} >= {"DDP", "FSDP"}
+    assert {c.fsdp_version for c in starts if c.fsdp_version} == {1, 2}
+    assert {c.batch_size for c in starts} == {8, 16, 32, 64, 128}

@@ -1,4 +1,9 @@
-"""Local search: the configurations next to the best ones, proposed before TPE is asked.
+"""Local search: a start that covers the space, then the configurations next to the best ones,
+proposed before TPE is asked.
+
+The start-up trials are not drawn at random: each is the valid configuration with the largest
+share of parameter values no earlier trial had (ties at random), so that five trials already
+see both checkpointing settings, every backend, and the ends and middle of the batch range.
 
 The spaces explorer searches are small and discrete, and their best configurations sit next to
 other good ones: one step of batch size, one GPU count, checkpointing, the FSDP version or sharding
@@ -51,6 +56,7 @@ class LocalSearch:
     elite: int = 3
     """How many of the best feasible configurations have their neighbourhoods searched."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
+    _valid: list[TrialConfig] = field(default_factory=list, repr=False)
 
     def propose(
         self,
@@ -81,6 +87,23 @@ class LocalSearch:
             if candidates:
                 return max(candidates, key=model.predict), base
         return None
+
+    def start(self, *, seen: Iterable[tuple[str, object]], seed: str) -> TrialConfig:
+        """A start-up configuration that covers the space: the one with the largest share of its
+        Optuna parameter values not ``seen`` in earlier trials (ties broken at random by ``seed``)."""
+        import random
+
+        if not self._valid:
+            self._valid.extend(c for c in self.space.enumerate() if invalid_reason(c, self.resources) is None)
+        seen = set(seen)
+        configs = list(self._valid)
+        random.Random(seed).shuffle(configs)
+
+        def unseen(c: TrialConfig) -> float:
+            params = self.space.params_for(c).items()
+            return len(set(params) - seen) / max(1, len(params))
+
+        return max(configs, key=unseen)
 
     def moves(self, config: TrialConfig) -> list[TrialConfig]:
         """Every configuration of the space one move away from ``config``."""

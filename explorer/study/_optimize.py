@@ -380,15 +380,21 @@ def _propose_neighbour(
     known: Known,
     flights: Iterable[_InFlight],
 ) -> None:
-    """Enqueue an unanswered neighbour of the best configurations, when it is local search's turn:
-    after the start-up trials, except every ``global_every``-th trial (the sampler's)."""
+    """Enqueue local search's proposal, when it is its turn: a covering start-up configuration,
+    then an unanswered neighbour of the best configurations, except every ``global_every``-th
+    trial (the sampler's)."""
     sampler = loaded.spec.sampler
     startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
     trials = study.get_trials(deepcopy=False)
-    if not known.feasible or len(trials) < startup or len(trials) % sampler.global_every == 0:
-        return
     if any(t.state.name == "WAITING" for t in trials):
         return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
+    if len(trials) < startup:
+        seen = [(k, v) for t in trials for k, v in t.params.items()]
+        start = local.start(seen=seen, seed=f"{sampler.seed}:{len(trials)}")
+        study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
+        return
+    if not known.feasible or len(trials) % sampler.global_every == 0:
+        return
     answered = set(known.measured) | {f.config.key() for f in flights}
     feasible = [(c, v) for c, v, _ in known.feasible.values()]
     proposal = local.propose(feasible=feasible, answered=answered, ooms=known.ooms)
