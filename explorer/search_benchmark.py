@@ -3,11 +3,12 @@
 Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
 fresh in-memory study per repeat, with seeds 0..R-1:
 
-* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar, 5 start-up
-  trials; then local search around the best configurations, with every third trial from TPE) and
-  OOM inference on, whatever sampler the study file names;
+* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar; local
+  search: 5 covering start-up trials, then neighbours of the best configurations, with every
+  third trial from TPE) and OOM inference on, whatever sampler the study file names;
 * ``no-inference``: the same with OOM inference off;
-* ``no-local-search``: the same TPE and OOM inference, without local search;
+* ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
+  search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults; OOM is still a constraint, no inference.
 

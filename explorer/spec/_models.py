@@ -309,9 +309,10 @@ class SamplerSpec(_Spec):
     n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
     local_search: bool = True
-    """TPE/GP: after the start-up trials, propose unanswered neighbours of the best configurations
-    (one step of one parameter, or a memory trade) before asking the sampler; every
-    ``global_every``-th trial still comes from the sampler (:mod:`explorer.study._neighbours`)."""
+    """TPE/GP: the driver proposes start-up trials that cover the space, then unanswered
+    neighbours of the best configurations (one step of one parameter, or a memory trade), before
+    asking the sampler; every ``global_every``-th trial still comes from the sampler
+    (:mod:`explorer.study._neighbours`)."""
     global_every: PositiveInt = 3
     """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood."""
 
