@@ -14,6 +14,7 @@ import optuna
 
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.study import record_outcome
+from tests.builders import properties
 
 
 def _free_port() -> int:
@@ -23,31 +24,23 @@ def _free_port() -> int:
 
 
 def _props(value: float) -> Properties:
-    return Properties(
-        dataset_tokens_per_second=2 * value,
-        dataset_tokens_per_second_per_gpu=value,
-        train_tokens_per_second=3 * value,
+    return properties(
+        value,
         train_runtime=5.0,
         train_samples_per_second=10.0,
         train_steps_per_second=1.0,
         peak_memory_gib=0.3,
         peak_memory_allocated_gib=0.3,
-        measured_steps=3,
-        warmup_steps=1,
         measured_seconds=3.0,
         warmup_seconds=1.0,
         step_time_mean=1.0,
-        step_time_cv=0.01,
         step_time_rel_ci=0.02,
         stop_reason="stable",
-        model_flops_per_token=1e6,
-        peak_flops=1e11,
-        mfu=0.1,
         hfu=0.1,
+        system={},
         measured_dataset_tokens=int(6 * value),
         measured_train_tokens=int(9 * value),
         measured_samples=30,
-        device="cpu",
     )
 
 

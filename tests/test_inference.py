@@ -19,19 +19,21 @@ from explorer.study import (
     status_of,
 )
 from explorer.trial_config import TrialConfig
+from tests.builders import config
+
+BASE = dict(
+    batch_size=8,
+    number_gpus=2,
+    distributed_backend="FSDP",
+    fsdp_version=1,
+    fsdp_sharding_strategy="SHARD_GRAD_OP",
+    gradient_checkpointing=True,
+    model_max_length=1024,
+)
 
 
 def _c(**kw) -> TrialConfig:
-    base = dict(
-        batch_size=8,
-        number_gpus=2,
-        distributed_backend="FSDP",
-        fsdp_version=1,
-        fsdp_sharding_strategy="SHARD_GRAD_OP",
-        gradient_checkpointing=True,
-        model_max_length=1024,
-    )
-    return TrialConfig(**(base | kw))
+    return config(BASE, **kw)
 
 
 @pytest.mark.parametrize(

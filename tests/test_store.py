@@ -15,38 +15,13 @@ from explorer.measurement import Measurement, Outcome, Properties
 from explorer.spec import LoadedStudy, load_study
 from explorer.store import TABLE_NAME, MeasurementStore, StoreScope, hardware_key, workload_key
 from explorer.study import config_of, open_study, optimize, status_of
+from tests.builders import properties
 
 SCOPE = StoreScope(workload_key="w" * 16, hardware_key="h" * 16)
 
 
 def _props(value: float) -> Properties:
-    return Properties(
-        dataset_tokens_per_second=2 * value,
-        dataset_tokens_per_second_per_gpu=value,
-        train_tokens_per_second=3 * value,
-        train_runtime=1.5,
-        train_samples_per_second=4.0,
-        train_steps_per_second=2.0,
-        peak_memory_gib=0.25,
-        peak_memory_allocated_gib=0.2,
-        measured_steps=3,
-        warmup_steps=1,
-        measured_seconds=1.5,
-        warmup_seconds=0.5,
-        step_time_mean=0.5,
-        step_time_cv=0.01,
-        step_time_rel_ci=None,
-        stop_reason="steps",
-        model_flops_per_token=1e6,
-        peak_flops=1e11,
-        mfu=0.1,
-        hfu=0.12,
-        system={"cpu_compute_utilization": 50.0},
-        measured_dataset_tokens=100,
-        measured_train_tokens=120,
-        measured_samples=8,
-        device="cpu",
-    )
+    return properties(value)
 
 
 def _store(tmp_path: Path) -> MeasurementStore:

@@ -1,0 +1,45 @@
+"""Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.measurement import Properties
+from explorer.trial_config import TrialConfig
+
+
+def properties(value: float, **overrides: Any) -> Properties:
+    """Properties of a feasible made-up trial whose objective is ``value``."""
+    fields: dict[str, Any] = dict(
+        dataset_tokens_per_second=2 * value,
+        dataset_tokens_per_second_per_gpu=value,
+        train_tokens_per_second=3 * value,
+        train_runtime=1.5,
+        train_samples_per_second=4.0,
+        train_steps_per_second=2.0,
+        peak_memory_gib=0.25,
+        peak_memory_allocated_gib=0.2,
+        measured_steps=3,
+        warmup_steps=1,
+        measured_seconds=1.5,
+        warmup_seconds=0.5,
+        step_time_mean=0.5,
+        step_time_cv=0.01,
+        step_time_rel_ci=None,
+        stop_reason="steps",
+        model_flops_per_token=1e6,
+        peak_flops=1e11,
+        mfu=0.1,
+        hfu=0.12,
+        system={"cpu_compute_utilization": 50.0},
+        measured_dataset_tokens=100,
+        measured_train_tokens=120,
+        measured_samples=8,
+        device="cpu",
+    )
+    return Properties(**(fields | overrides))
+
+
+def config(base: dict[str, Any], **overrides: Any) -> TrialConfig:
+    """``TrialConfig(**base)`` with ``overrides``."""
+    return TrialConfig(**(base | overrides))
