@@ -103,7 +103,7 @@ def test_search_benchmark_figures_recompute_from_each_runs_count():
         assert table["configurations_missing"] == 0 and 100 <= table["configurations_in_table"] <= 300
         for figures in table["variants"].values():
             needed = figures["trials_to_98pct"]
-            assert figures["runs"] == len(needed) == 20
+            assert figures["runs"] == len(needed) >= 20  # the issue asks for at least 20
             ranked = sorted(math.inf if n is None else n for n in needed)
             median = statistics.median(ranked)
             assert figures["median_trials_to_98pct"] == (None if math.isinf(median) else median)
