@@ -69,11 +69,13 @@ def _parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser(
         "export",
-        help="write a study's measured trials as a CSV (ado's show-entities layout; replayable)",
+        help="write a study's trials as CSV or JSON (ado's show-entities columns; replayable)",
     )
     exp.add_argument("study", metavar="STUDY.yaml")
     exp.add_argument("--storage", metavar="URL")
-    exp.add_argument("--csv", required=True, metavar="PATH")
+    exp.add_argument("--format", choices=["csv", "json"], default="csv")
+    exp.add_argument("--out", metavar="PATH", help="default: <output_dir>/<study name>.<format>")
+    exp.add_argument("--csv", metavar="PATH", help="the same as --format csv --out PATH")
 
     use = sub.add_parser(
         "utilization",
@@ -206,12 +208,14 @@ def _benchmark_search(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from explorer.export import export_csv
+    from explorer.export import write_export
     from explorer.spec import load_study
 
     loaded = load_study(args.study, storage=args.storage)
-    n = export_csv(loaded, Path(args.csv))
-    print(f"{args.csv}: {n} trials")
+    fmt = "csv" if args.csv else args.format
+    path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
+    n = write_export(loaded, path, fmt=fmt)
+    print(f"{path}: {n} trials")
     return 0
 
 

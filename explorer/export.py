@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,14 +21,20 @@ from explorer.trial_config import TrialConfig
 if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
 
-__all__ = ["export_csv", "export_rows"]
+__all__ = ["FORMATS", "export_rows", "write_export"]
 
-_SKIP = {"attempt", "config_key", "log_tail"}
+FORMATS = ("csv", "json")
+
+_SKIP = {"attempt", "config_key", "log_tail", "proposed_by"}
 """Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
+_AFTER = {"is_valid", "status", "reused_from", "inferred_from", "reused_from_store"}
+"""Written last, in this order, whatever the trial holds."""
 
 
 def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
-    """The study's measured trials, as flat rows."""
+    """The study's finished trials, as flat rows in ado's column order."""
+    import optuna
+
     from explorer.study import open_study, status_of
 
     try:
@@ -42,35 +49,43 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
             problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
         ) from None
     names = [f.name for f in dataclasses.fields(TrialConfig)]
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     rows = []
-    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+    for t in sorted(study.get_trials(deepcopy=False, states=finished), key=lambda t: t.number):
         status = status_of(t)
-        if status not in ("ok", "oom", "invalid") or "reused_from" in t.user_attrs:
-            continue
         row: dict[str, Any] = {
             "identifier": t.user_attrs.get("config_key", ""),
-            "trial": t.number,
+            "generatorid": t.user_attrs.get("proposed_by", f"explorer-{loaded.spec.sampler.kind}"),
+            "experiment_id": f"explorer.{loaded.spec.name}",
             "model_name": loaded.spec.workload.model.name,
             "gpu_model": loaded.spec.resources.gpu_model,
             "method": loaded.spec.workload.method.kind,
         }
         row.update({n: t.user_attrs.get(n) for n in names})
         for key, value in t.user_attrs.items():
-            if key in row or key in _SKIP or isinstance(value, (dict, list)):
+            if key in row or key in _SKIP or key in _AFTER or isinstance(value, (dict, list)):
                 continue
             row[key] = value
+        row["is_valid"] = {"ok": 1, "oom": 0, "invalid": 0}.get(str(status), "")
+        row["status"] = status or t.state.name.lower()
+        row["trial"] = t.number
+        for key in ("reused_from", "inferred_from"):
+            row[key] = t.user_attrs.get(key, "")
         source = t.user_attrs.get("reused_from_store")
-        if isinstance(source, dict):  # dicts are left out above; this one names a trial
-            row["reused_from_store"] = f"{source.get('study')}:{source.get('trial')}"
-        row["status"] = status
-        row["is_valid"] = 1 if status == "ok" else 0
+        row["reused_from_store"] = (
+            f"{source.get('study')}:{source.get('trial')}" if isinstance(source, dict) else ""
+        )
         rows.append(row)
     return rows
 
 
-def export_csv(loaded: LoadedStudy, path: Path) -> int:
-    """Write the rows to ``path``; returns how many."""
+def write_export(loaded: LoadedStudy, path: Path, *, fmt: str = "csv") -> int:
+    """Write the rows to ``path`` as ``fmt`` (csv or json); returns how many."""
     rows = export_rows(loaded)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "json":
+        path.write_text(json.dumps(rows, indent=1, allow_nan=True))
+        return len(rows)
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
@@ -78,5 +93,5 @@ def export_csv(loaded: LoadedStudy, path: Path) -> int:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+            writer.writerow(row)
     return len(rows)

@@ -10,7 +10,9 @@ sequence length among them, are matched against each trial's configuration.
 * A configuration with several rows is answered from the median throughput of its valid rows
   (OOM when none is valid).
 * A configuration absent from the table is FAILED with a message that says so; it is never
-  given a value. Parameters the table has no column for must be fixed by the study (checked when
+  given a value.
+* Rows of an explorer export that measured nothing (``status`` failed, interrupted, retry) or
+  copy another row (``reused_from``) are skipped. Parameters the table has no column for must be fixed by the study (checked when
   the study is loaded), and are then taken as what the table was measured with.
 
 Time runs on a virtual clock: a submitted trial holds its GPUs from the clock's current time for
@@ -149,6 +151,8 @@ class ReplayTable:
                         for c in columns
                         if c not in PARAMETERS and raw.get(c) not in (None, "") and _is_number(raw[c])
                     }
+                    if not _measured(raw):
+                        continue
                     valid = _bool(raw["is_valid"] or "1") if "is_valid" in raw else True
                 except ValueError as exc:
                     raise SpecError(file=str(path), field=f"line {line}", problem=str(exc)) from None
@@ -210,6 +214,15 @@ def _recorded_seconds(row: _Row) -> float:
         if value is not None and math.isfinite(value) and value > 0:
             return value
     return 0.0
+
+
+def _measured(raw: dict[str, str | None]) -> bool:
+    """Whether a row of an explorer export is a measurement: not a failed, interrupted or retried
+    trial, and not a copy of another row (``reused_from``). Other tables have no such columns."""
+    status = (raw.get("status") or "").strip()
+    if status and status not in ("ok", "oom", "invalid"):
+        return False
+    return not (raw.get("reused_from") or "").strip()
 
 
 def _is_number(text: str) -> bool:
