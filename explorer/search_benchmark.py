@@ -119,7 +119,7 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     return SearchRun(
         variant=variant,
         seed=seed,
-        values=[t.value if status_of(t) == "ok" else None for t in counted],
+        values=[t.values[0] if status_of(t) == "ok" else None for t in counted],
         inferred=sum("inferred_from" in t.user_attrs for t in trials),
         reused=sum("reused_from" in t.user_attrs for t in trials),
     )

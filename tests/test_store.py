@@ -201,8 +201,11 @@ def test_a_second_study_is_answered_from_the_store_and_runs_only_what_failed(wri
     # the export says where each answer came from
     from explorer.export import export_rows
 
-    rows = export_rows(b)
-    assert len(rows) == 6 and all(r["reused_from_store"].startswith("a:") for r in rows)
+    rows = export_rows(b)  # one row per finished trial: 6 from the store, 2 failed
+    stored = [r for r in rows if r["status"] != "failed"]
+    assert len(rows) == 8 and len(stored) == 6
+    assert all(r["reused_from_store"].startswith("a:") for r in stored)
+    assert all(r["reused_from_store"] == "" for r in rows if r["status"] == "failed")
 
     # reuse_measurements: false: C runs everything, and leaves the store as it was
     store = MeasurementStore(engine=sa.create_engine(f"sqlite:///{tmp_path}/shared.db"))

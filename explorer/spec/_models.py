@@ -339,6 +339,10 @@ class StudySpec(_Spec):
     max_passed_over: NonNegativeInt = 8
     """Times younger waiting trials may start ahead of the oldest one; after that nothing else
     starts until it fits, so a large trial is never starved by a stream of small ones."""
+    second_objective: Literal["dataset_tokens_per_second", "number_gpus", "peak_memory_gib"] | None = None
+    """Besides maximizing dataset tokens per second per GPU: also maximize the whole trial's
+    ``dataset_tokens_per_second``, or minimize ``number_gpus`` or ``peak_memory_gib``. The study is
+    then multi-objective (Optuna's Pareto front; :mod:`explorer.study._objectives`)."""
     when_converged: Literal["stop", "explore"] = "stop"
     """When the sampler keeps proposing configurations already answered: ``stop`` after 30 such
     proposals in a row (the study has nothing new to try); ``explore``: after one, run an

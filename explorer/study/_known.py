@@ -42,5 +42,5 @@ class Known:
         self.measured[config.key()] = trial
         if status == "oom":
             self.ooms.append((trial.number, config))
-        elif status == "ok" and trial.value is not None:
-            self.feasible[config.key()] = (config, float(trial.value), trial.number)
+        elif status == "ok" and trial.values:
+            self.feasible[config.key()] = (config, float(trial.values[0]), trial.number)

@@ -14,6 +14,7 @@ from explorer.spec import LoadedStudy
 from explorer.study._inference import inferred_oom
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
+from explorer.study._objectives import SECOND_OBJECTIVES, Direction, best_feasible, objective_value
 from explorer.study._record import (
     OBJECTIVE,
     counted_trials,
@@ -126,17 +127,29 @@ def open_study(
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     sampler = sampler or make_sampler(loaded.spec.sampler)
     if create:
+        names = [OBJECTIVE] + ([second] if (second := loaded.spec.second_objective) else [])
+        directions: list[Direction] = ["maximize"]
+        if second:
+            directions.append(SECOND_OBJECTIVES[second])
         study = optuna.create_study(
             study_name=loaded.spec.name,
             storage=storage,
             sampler=sampler,
-            direction="maximize",
+            directions=directions,
             load_if_exists=True,
         )
+        if [d.name.lower() for d in study.directions] != directions:
+            from explorer.errors import SpecError
+
+            raise SpecError(
+                file=str(loaded.file),
+                field="second_objective",
+                problem=f"the stored study {loaded.spec.name!r} has other objectives; use a new name",
+            )
         if study.metric_names is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names([OBJECTIVE])
+                study.set_metric_names(names)
         return study
     return optuna.load_study(study_name=loaded.spec.name, storage=storage, sampler=sampler)
 
@@ -477,11 +490,9 @@ def _better(
 
 
 def _best(study: optuna.Study) -> tuple[float, int] | None:
-    try:
-        t = study.best_trial
-    except ValueError:
-        return None
-    return (float(t.value), t.number) if t.value is not None else None
+    t = best_feasible(study)
+    value = objective_value(t) if t is not None else None
+    return (value, t.number) if t is not None and value is not None else None
 
 
 def _line(

@@ -26,6 +26,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Measurement, Outcome
+from explorer.study._objectives import INFEASIBLE_PLACEHOLDER, OBJECTIVE, trial_values
 from explorer.trial_config import TrialConfig
 
 if TYPE_CHECKING:
@@ -51,8 +52,6 @@ __all__ = [
     "status_of",
 ]
 
-OBJECTIVE = "dataset_tokens_per_second_per_gpu"
-INFEASIBLE_PLACEHOLDER = 0.0
 CONSTRAINT = "infeasible"
 COUNTED = frozenset({"ok", "oom", "invalid", "failed"})
 MAX_ERROR_CHARS = 2000
@@ -101,7 +100,7 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
     set_user_attrs(trial, {**attrs, "reused_from": source.number, "wall_seconds": 0.0})
     for key, value in source.constraints.items():
         trial.set_constraint(key, value)
-    study.tell(trial, source.value)
+    study.tell(trial, source.values)
     return str(status_of(source))
 
 
@@ -129,7 +128,7 @@ def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -
         },
     )
     trial.set_constraint(CONSTRAINT, 1.0)
-    study.tell(trial, INFEASIBLE_PLACEHOLDER)
+    study.tell(trial, trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1))))
     return Outcome.OOM.value
 
 
@@ -231,10 +230,7 @@ def record_outcome(
         return status
     feasible = outcome is Outcome.OK
     trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
-    value = (
-        measurement.properties.dataset_tokens_per_second_per_gpu
-        if (feasible and measurement.properties is not None)
-        else INFEASIBLE_PLACEHOLDER
-    )
-    study.tell(trial, value)
+    properties = measurement.properties if feasible else None
+    gpus = int(trial.user_attrs.get("number_gpus", 1))
+    study.tell(trial, trial_values(study, properties, number_gpus=gpus))
     return status

@@ -1,0 +1,67 @@
+"""Two objectives (issue 5): tokens per second per GPU with a second one from the study file."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from explorer.errors import SpecError
+from explorer.spec import load_study
+from explorer.study import open_study, optimize, status_of
+from explorer.study._objectives import INFEASIBLE_MINIMIZED
+
+
+def test_a_two_objective_quickstart_has_a_pareto_front(write_study, tmp_path, ray_local):
+    """Real CPU trials: batch 4 needs less memory than batch 8 and runs slower per GPU, so both
+    are on the front; batch 512 runs out of memory and is on no front."""
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/p.db",
+            "n_trials": 3,
+            "sampler": {"kind": "grid"},
+            "second_objective": "peak_memory_gib",
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4, 8, 512]},
+                    "number_gpus": 1,
+                    "gradient_checkpointing": False,
+                }
+            },
+        }
+    )
+    optimize(load_study(path), printer=lambda _: None)
+    study = open_study(load_study(path), create=False)
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    assert study.metric_names == ["dataset_tokens_per_second_per_gpu", "peak_memory_gib"]
+    trials = study.get_trials(deepcopy=False)
+    for t in trials:
+        if status_of(t) == "ok":
+            assert t.values == [
+                t.user_attrs["dataset_tokens_per_second_per_gpu"],
+                t.user_attrs["peak_memory_gib"],
+            ]
+        else:
+            assert status_of(t) == "oom" and t.values == [0.0, INFEASIBLE_MINIMIZED]
+    front = study.best_trials
+    assert len(front) >= 2 and all(status_of(t) == "ok" for t in front)
+
+
+def test_a_stored_study_with_other_objectives_is_refused(write_study, tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    single = load_study(write_study({"storage": url}))
+    open_study(single, create=True)
+    double = load_study(write_study({"storage": url, "second_objective": "number_gpus"}, name="two.yaml"))
+    with pytest.raises(SpecError, match="second_objective"):
+        open_study(double, create=True)
+
+
+def test_number_of_gpus_is_a_real_value_even_when_infeasible(write_study, tmp_path):
+    from explorer.measurement import Measurement, Outcome
+    from explorer.study import record_outcome
+
+    study = optuna.create_study(directions=["maximize", "minimize"])
+    study.set_metric_names(["dataset_tokens_per_second_per_gpu", "number_gpus"])
+    trial = study.ask()
+    trial.set_user_attr("number_gpus", 2)
+    record_outcome(study, trial, Measurement(outcome=Outcome.OOM, error="x"))
+    assert study.trials[0].values == [0.0, 2.0]
