@@ -75,6 +75,18 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--storage", metavar="URL")
     exp.add_argument("--csv", required=True, metavar="PATH")
 
+    rep = sub.add_parser(
+        "report",
+        help="figures of a study (PNG), an HTML page embedding them, and Optuna artifacts",
+        description="Draw the optimization history, throughput by batch size, the feasibility map, "
+        "parameter importances, the Pareto front (multi-objective studies) and measured memory into "
+        "DIR (default: <output_dir>/report) with an index.html, and attach the figures to the study "
+        "as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
+    )
+    rep.add_argument("study", metavar="STUDY.yaml")
+    rep.add_argument("--storage", metavar="URL")
+    rep.add_argument("--out", metavar="DIR", help="the report folder (default: <output_dir>/report)")
+
     use = sub.add_parser(
         "utilization",
         help="GPU-slot utilization of a study: GPU-seconds held by trials over the pool's",
@@ -106,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "utilization":
             return _utilization(args)
+        if args.command == "report":
+            return _report(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -212,6 +226,22 @@ def _export(args: argparse.Namespace) -> int:
     loaded = load_study(args.study, storage=args.storage)
     n = export_csv(loaded, Path(args.csv))
     print(f"{args.csv}: {n} trials")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.report import write_report
+    from explorer.spec import load_study
+
+    loaded = load_study(args.study, storage=args.storage)
+    report = write_report(loaded, Path(args.out) if args.out else None)
+    print(f"report: {report.folder}")
+    print(f"html: {report.html}")
+    print(f"artifacts: {report.artifact_dir}")
+    for name, artifact_id in report.artifact_ids.items():
+        print(f"  {name:18} {artifact_id}")
     return 0
 
 
