@@ -77,6 +77,18 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", metavar="PATH", help="default: <output_dir>/<study name>.<format>")
     exp.add_argument("--csv", metavar="PATH", help="the same as --format csv --out PATH")
 
+    rep = sub.add_parser(
+        "report",
+        help="figures of a study (PNG), an HTML page embedding them, and Optuna artifacts",
+        description="Draw the optimization history, throughput by batch size, the feasibility map, "
+        "parameter importances, the Pareto front (multi-objective studies) and measured memory into "
+        "DIR (default: <output_dir>/report) with an index.html, and attach the figures to the study "
+        "as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
+    )
+    rep.add_argument("study", metavar="STUDY.yaml")
+    rep.add_argument("--storage", metavar="URL")
+    rep.add_argument("--out", metavar="DIR", help="the report folder (default: <output_dir>/report)")
+
     use = sub.add_parser(
         "utilization",
         help="GPU-slot utilization of a study: GPU-seconds held by trials over the pool's",
@@ -108,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(args)
         if args.command == "utilization":
             return _utilization(args)
+        if args.command == "report":
+            return _report(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -216,6 +230,22 @@ def _export(args: argparse.Namespace) -> int:
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
     n = write_export(loaded, path, fmt=fmt)
     print(f"{path}: {n} trials")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.report import write_report
+    from explorer.spec import load_study
+
+    loaded = load_study(args.study, storage=args.storage)
+    report = write_report(loaded, Path(args.out) if args.out else None)
+    print(f"report: {report.folder}")
+    print(f"html: {report.html}")
+    print(f"artifacts: {report.artifact_dir}")
+    for name, artifact_id in report.artifact_ids.items():
+        print(f"  {name:18} {artifact_id}")
     return 0
 
 

@@ -37,6 +37,13 @@ def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
 def print_summary(
     loaded: LoadedStudy, result: OptimizeResult, printer: Callable[[str], None] = print
 ) -> None:
+    """Print the end of an ``explorer optimize`` run: counts, the best trial, the top five, where.
+
+    Args:
+        loaded: The study that ran.
+        result: What this run did.
+        printer: Where the lines go.
+    """
     study = open_study(loaded, create=False)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
     printer("")

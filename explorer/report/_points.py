@@ -1,0 +1,112 @@
+"""The study's trials as typed points for the figures: outcome, configuration and measured figures."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from explorer.study import OBJECTIVE, config_of, status_of
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.trial_config import TrialConfig
+
+__all__ = ["Kind", "TrialPoint", "points_of", "setting_of"]
+
+
+class Kind(enum.Enum):
+    """How a trial is drawn in the optimization history."""
+
+    FEASIBLE = "feasible (ok)"
+    OOM = "infeasible: OOM"
+    INFERRED = "infeasible: inferred OOM"
+    INVALID = "infeasible: invalid"
+    FAILED = "failed"
+
+
+_KIND_OF_STATUS = {"ok": Kind.FEASIBLE, "oom": Kind.OOM, "invalid": Kind.INVALID, "failed": Kind.FAILED}
+
+
+@dataclass(frozen=True)
+class TrialPoint:
+    """One finished trial, as the figures see it.
+
+    Attributes:
+        number: The Optuna trial number.
+        kind: Its outcome.
+        values: Optuna's values (one per study direction); ``None`` for a failed trial.
+        config: The configuration it ran, if recorded.
+        objective: ``dataset_tokens_per_second_per_gpu`` as measured (NaN unless feasible).
+        peak_memory_gib: The measured peak memory (NaN when not measured).
+        repeat: Answered from an earlier trial of this study (``reused_from``): the same
+            configuration again, so never counted twice.
+    """
+
+    number: int
+    kind: Kind
+    values: tuple[float, ...] | None
+    config: TrialConfig | None
+    objective: float
+    peak_memory_gib: float
+    repeat: bool
+
+    @property
+    def measured(self) -> bool:
+        """A measurement of its own: neither a repeat nor an inferred OOM."""
+        return not self.repeat and self.kind is not Kind.INFERRED
+
+
+def _float(value: object) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def points_of(study: optuna.Study) -> list[TrialPoint]:
+    """Every trial with a final outcome (ok, oom, invalid, failed), in trial-number order.
+
+    Trials still running, and those re-enqueued (``retry``, ``interrupted``), are left out: their
+    configuration is measured again by a later trial.
+    """
+    points = []
+    for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        status = status_of(t)
+        kind = _KIND_OF_STATUS.get(status or "")
+        if kind is None:
+            continue
+        if kind is Kind.OOM and "inferred_from" in t.user_attrs:
+            kind = Kind.INFERRED
+        try:
+            config: TrialConfig | None = config_of(t)
+        except (TypeError, ValueError):  # a trial without its configuration (hand-made studies)
+            config = None
+        points.append(
+            TrialPoint(
+                number=t.number,
+                kind=kind,
+                values=tuple(t.values) if t.values is not None else None,
+                config=config,
+                objective=_float(t.user_attrs.get(OBJECTIVE)) if kind is Kind.FEASIBLE else math.nan,
+                peak_memory_gib=_float(t.user_attrs.get("peak_memory_gib")),
+                repeat="reused_from" in t.user_attrs,
+            )
+        )
+    return points
+
+
+def setting_of(config: TrialConfig) -> str:
+    """The (sharding strategy, checkpointing) setting of a configuration, as a legend label.
+
+    ``single`` for one GPU, ``DDP``, or ``FSDP<version>/<strategy>``; then ``ckpt on|off``.
+    """
+    if config.number_gpus <= 1:
+        strategy = "single"
+    elif config.distributed_backend == "FSDP":
+        strategy = f"FSDP{config.fsdp_version}/{config.fsdp_sharding_strategy}"
+    else:
+        strategy = str(config.distributed_backend)
+    return f"{strategy}, ckpt {'on' if config.gradient_checkpointing else 'off'}"
