@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["export_csv", "export_rows"]
 
-_SKIP = {"attempt", "config_key", "log_tail"}
+_SKIP = {"attempt", "config_key", "log_tail", "log_file"}
 """Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
 
 
