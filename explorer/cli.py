@@ -98,6 +98,27 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("study", metavar="STUDY.yaml")
     use.add_argument("--storage", metavar="URL")
 
+    sta = sub.add_parser(
+        "status",
+        help="a table of a study's trials; safe while the study runs (reads only)",
+        description="Print every trial of the study: number, state, status, configuration, "
+        "throughput, wall seconds and, for an infeasible or failed trial, the reason. The storage is "
+        "opened read-only; nothing is created, and a running study is not disturbed.",
+    )
+    sta.add_argument("study", metavar="STUDY.yaml")
+    sta.add_argument("--storage", metavar="URL")
+
+    das = sub.add_parser(
+        "dashboard",
+        help="serve optuna-dashboard on the study's storage and artifact store",
+        description="Start optuna-dashboard on the study's storage, with the artifact store in "
+        "<output_dir>/artifacts; bound to 127.0.0.1 unless --host says otherwise. Ctrl-C stops it.",
+    )
+    das.add_argument("study", metavar="STUDY.yaml")
+    das.add_argument("--storage", metavar="URL")
+    das.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    das.add_argument("--port", type=int, default=8080, metavar="N", help="default 8080")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -122,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _utilization(args)
         if args.command == "report":
             return _report(args)
+        if args.command == "status":
+            return _status(args)
+        if args.command == "dashboard":
+            return _dashboard(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -250,16 +275,41 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _optimize(args: argparse.Namespace) -> int:
+    from explorer.progress import terminal_progress
     from explorer.report import print_summary
     from explorer.spec import load_study
     from explorer.study import open_study, optimize, study_utilization
 
     loaded = load_study(args.study, storage=args.storage, n_trials=args.n_trials)
-    result = optimize(loaded, reclaim_all=args.reclaim_running)
+    live = terminal_progress()
+    if live is None:  # not a terminal: the plain lines
+        result = optimize(loaded, reclaim_all=args.reclaim_running)
+    else:
+        with live:
+            result = optimize(loaded, reclaim_all=args.reclaim_running, printer=live.print, progress=live)
     print_summary(loaded, result)
     used = study_utilization(open_study(loaded, create=False))
     if used is not None:
         print(used.describe())
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from explorer.spec import load_study
+    from explorer.status import print_status
+
+    print_status(load_study(args.study, storage=args.storage))
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from explorer.dashboard import serve
+    from explorer.spec import load_study
+
+    if not 0 < args.port < 65536:
+        raise SpecError(file="--port", field="", problem=f"{args.port} is not a port number")
+    loaded = load_study(args.study, storage=args.storage)
+    serve(loaded, host=args.host, port=args.port, printer=lambda line: print(line, flush=True))
     return 0
 
 

@@ -25,7 +25,7 @@ __all__ = ["FORMATS", "export_rows", "write_export"]
 
 FORMATS = ("csv", "json")
 
-_SKIP = {"attempt", "config_key", "log_tail", "proposed_by"}
+_SKIP = {"attempt", "config_key", "log_tail", "proposed_by", "log_file"}
 """Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
 _AFTER = {"is_valid", "status", "reused_from", "inferred_from", "reused_from_store"}
 """Written last, in this order, whatever the trial holds."""

@@ -100,3 +100,68 @@ def test_dashboard_serves_trials_and_user_attrs(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_explorer_dashboard_serves_trials_user_attrs_and_artifacts(write_study, tmp_path):
+    """`explorer dashboard STUDY.yaml`: the study's trials, explorer's user_attrs and the artifacts
+    in <output_dir>/artifacts, over the dashboard's HTTP API, on 127.0.0.1."""
+    from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+    from explorer.dashboard import artifact_dir
+    from explorer.spec import load_study
+    from explorer.study import open_study
+
+    path = write_study({"storage": f"sqlite:///{tmp_path}/s.db", "output_dir": str(tmp_path / "runs")})
+    loaded = load_study(path)
+    study = open_study(loaded, create=True)
+    for m in (
+        Measurement(outcome=Outcome.OK, properties=_props(2345.5), extra={"log_file": "/x/train.log"}),
+        Measurement(outcome=Outcome.FAILED, error="rank 0: NCCL error"),
+    ):
+        trial = study.ask()
+        trial.suggest_int("batch_size", 1, 64)
+        record_outcome(study, trial, m)
+    figure = tmp_path / "history.txt"
+    figure.write_text("a figure")
+    store_dir = artifact_dir(loaded)
+    store_dir.mkdir(parents=True)
+    artifact_id = upload_artifact(
+        artifact_store=FileSystemArtifactStore(store_dir),
+        file_path=str(figure),
+        study_or_trial=study,  # as `explorer report` keeps its figures: on the study
+    )
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "explorer", "dashboard", str(path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        first = server.stdout.readline()
+        assert first.startswith(f"dashboard: http://127.0.0.1:{port}/dashboard/"), first
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                studies = _get(f"{base}/api/studies")
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, "dashboard did not start"
+                time.sleep(0.5)
+        [summary] = [s for s in studies["study_summaries"] if s["study_name"] == "test"]
+        detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+        trials = detail["trials"]
+        attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials]
+        assert [a["status"] for a in attrs] == ["ok", "failed"]
+        assert attrs[0]["dataset_tokens_per_second_per_gpu"] == "2345.5"
+        assert attrs[0]["log_file"] == "/x/train.log" and "NCCL error" in attrs[1]["error"]
+        [artifact] = detail["artifacts"]
+        assert artifact["artifact_id"] == artifact_id and artifact["filename"] == "history.txt"
+        with urllib.request.urlopen(f"{base}/artifacts/{summary['study_id']}/{artifact_id}", timeout=10) as r:
+            assert r.read() == b"a figure"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

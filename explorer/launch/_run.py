@@ -73,6 +73,7 @@ def run_trial(
         log_tail=_tail(log_path),
     )
     measurement.extra["start"] = "warm" if warm else "cold"
+    measurement.extra["log_file"] = str(log_path.resolve())  # every rank's full output
     return measurement
 
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     import optuna
 
     from explorer.launch import Launcher
+    from explorer.progress import ProgressHook
 
 __all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
 
@@ -174,12 +175,14 @@ def optimize(
     reclaim_all: bool = False,
     sampler: optuna.samplers.BaseSampler | None = None,
     storage: optuna.storages.BaseStorage | None = None,
+    progress: ProgressHook | None = None,
 ) -> OptimizeResult:
     """Run the study until ``n_trials`` trials count (resuming whatever is already stored).
 
     Args:
         sampler: instead of the study file's.
         storage: instead of the study's URL.
+        progress: told the loop's state each time round (the CLI's live footer on a terminal).
     """
     from explorer.launch import launcher_for
     from explorer.store import MeasurementStore, StoreScope
@@ -227,6 +230,10 @@ def optimize(
 
     try:
         while True:
+            if progress is not None:
+                progress.update(
+                    done=done, total=spec.n_trials, running=len(in_flight), queued=len(pending), best=best
+                )
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
             room = len(in_flight) + len(pending) < spec.parallel_trials
             exhausted = reuse_streak >= MAX_REUSE_STREAK

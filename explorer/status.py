@@ -1,0 +1,175 @@
+"""``explorer status``: a table of a study's trials, read without disturbing a running study.
+
+The storage is opened for reading only: an sqlite file through a ``mode=ro`` URI (so no table,
+study or version row can be written, whatever Optuna's storage does when it opens), never created
+if absent; any other database without Optuna's table creation. A busy database ("database is
+locked") is retried briefly. optuna-dashboard issue #545 is the failure this avoids: a reader that
+writes to, or locks, a study's sqlite file makes the running study fail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.errors import SpecError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.spec import LoadedStudy
+
+__all__ = ["format_status", "load_readonly", "print_status", "readonly_url"]
+
+REASON_CHARS = 80
+RETRIES = 5
+_BUSY = ("database is locked", "database is busy", "readonly database", "no such table")
+"""sqlite's words for a file another process is writing (or still creating Optuna's tables in)."""
+
+
+def readonly_url(url: str, *, file: str = "storage") -> str:
+    """``url`` for reading only: an sqlite file as a ``mode=ro`` URI; other databases unchanged.
+
+    Args:
+        file: what to name in an error (the study file).
+
+    Raises:
+        SpecError: an sqlite file that does not exist (it is not created), or an in-memory one.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        if database.startswith("file:"):
+            return url  # already a URI: taken as given
+        raise SpecError(file=file, field="storage", problem=f"{url}: an in-memory database holds no study")
+    path = Path(database).resolve()
+    if not path.is_file():
+        raise SpecError(file=file, field="storage", problem=f"no study: {path} does not exist")
+    return f"sqlite:///file:{path}?mode=ro&uri=true"
+
+
+def load_readonly(loaded: LoadedStudy) -> optuna.Study:
+    """The study of ``loaded``, from its storage opened read-only (nothing is created).
+
+    Raises:
+        SpecError: the storage is absent or unreachable, or holds no such study.
+    """
+    import optuna
+    import sqlalchemy
+
+    from explorer.study import mask_url
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = readonly_url(loaded.storage_url, file=str(loaded.file))
+    sqlite = url.startswith("sqlite")
+    connect_args = {"timeout": 10} if sqlite else {"connect_timeout": 10}
+    where = mask_url(loaded.storage_url)
+    for attempt in range(RETRIES):
+        try:
+            storage = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs={"connect_args": connect_args},
+                skip_table_creation=True,
+                skip_compatibility_check=True,
+            )
+            return optuna.load_study(study_name=loaded.spec.name, storage=storage)
+        except KeyError:  # optuna: "Record does not exist."
+            raise SpecError(
+                file=str(loaded.file), field="name", problem=f"no study {loaded.spec.name!r} in {where}"
+            ) from None
+        except sqlalchemy.exc.OperationalError as exc:
+            text = str(exc)
+            if not any(m in text for m in _BUSY) or attempt == RETRIES - 1:
+                first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+                raise SpecError(
+                    file=str(loaded.file), field="storage", problem=f"cannot read {where}: {first}"
+                ) from None
+            time.sleep(0.2 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _one_line(text: str, limit: int = REASON_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _reason(trial: optuna.trial.FrozenTrial) -> str:
+    """Why a trial has no value (its error), or where its answer came from."""
+    attrs = trial.user_attrs
+    if "reused_from" in attrs:
+        how = f"reused trial {attrs['reused_from']}"
+        return f"{how}: {_one_line(str(attrs['error']))}" if attrs.get("status") == "failed" else how
+    if "inferred_from" in attrs:
+        return f"inferred from OOM trial {attrs['inferred_from']}"
+    if "reused_from_store" in attrs:
+        src = attrs["reused_from_store"]
+        return f"from the store: study {src.get('study')!r} trial {src.get('trial')}"
+    error = attrs.get("error")
+    return _one_line(str(error)) if error else ""
+
+
+def format_status(study: optuna.Study) -> list[str]:
+    """The lines of the trial table, then a summary line (and the log file of each failure)."""
+    from explorer.study import OBJECTIVE, config_of, describe, status_of
+
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    header = f"{'trial':>5}  {'state':<8} {'status':<11} {'configuration':<48} {'tok/s/gpu':>10} {'wall s':>7}  reason"
+    lines = [header]
+    counts: dict[str, int] = {}
+    logs: list[str] = []
+    best: optuna.trial.FrozenTrial | None = None
+    for t in trials:
+        status = status_of(t) or "-"
+        counts[status] = counts.get(status, 0) + 1
+        try:
+            config = describe(config_of(t)) if "config_key" in t.user_attrs else "-"
+        except Exception:  # a trial asked but not yet tagged with its configuration
+            config = "-"
+        value = t.user_attrs.get(OBJECTIVE) if status == "ok" else None
+        throughput = f"{float(value):.1f}" if isinstance(value, (int, float)) else "-"
+        wall = t.user_attrs.get("wall_seconds")
+        wall_txt = f"{float(wall):.1f}" if isinstance(wall, (int, float)) else "-"
+        lines.append(
+            f"{t.number:>5}  {t.state.name:<8} {status:<11} {config:<48} {throughput:>10} {wall_txt:>7}  "
+            f"{_reason(t)}".rstrip()
+        )
+        if status in ("failed", "retry") and "log_file" in t.user_attrs:
+            logs.append(f"trial {t.number} log: {t.user_attrs['log_file']}")
+        if value is not None and (best is None or float(value) > float(best.user_attrs[OBJECTIVE])):
+            best = t
+    summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    best_txt = (
+        f"best: trial {best.number}: {float(best.user_attrs[OBJECTIVE]):.1f} {OBJECTIVE}"
+        if best
+        else "best: -"
+    )
+    lines.append(f"{len(trials)} trials ({summary or 'none yet'}); {best_txt}")
+    lines.extend(logs)
+    return lines
+
+
+def print_status(loaded: LoadedStudy, printer: Callable[[str], None] = print) -> None:
+    """Print the trial table of ``loaded``'s study (read-only; see the module docstring).
+
+    Raises:
+        SpecError: no such study, or its storage cannot be read.
+    """
+    import sqlalchemy
+
+    study = load_readonly(loaded)
+    for attempt in range(RETRIES):
+        try:
+            lines = format_status(study)
+            break
+        except sqlalchemy.exc.OperationalError as exc:
+            if not any(m in str(exc) for m in _BUSY) or attempt == RETRIES - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+    for line in lines:
+        printer(line)
