@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
 from explorer.measurement import Measurement
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.spec import LoadedStudy
 
 __all__ = ["main"]
 
@@ -119,6 +125,20 @@ def _parser() -> argparse.ArgumentParser:
     das.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     das.add_argument("--port", type=int, default=8080, metavar="N", help="default 8080")
 
+    best = sub.add_parser(
+        "best",
+        help="the best feasible configuration as an accelerate config, TrainingArguments and commands",
+        description="Write the study's best feasible configuration as an accelerate config (from "
+        "launchers/accelerate), its TrainingArguments and a job file, print its measured figures, the "
+        "runners-up within noise, and the torchrun / accelerate launch commands that train it.",
+    )
+    best.add_argument("study", metavar="STUDY.yaml")
+    best.add_argument("--storage", metavar="URL")
+    best.add_argument("--out", metavar="DIR", help="folder for the files (default: <output_dir>/best)")
+    best.add_argument(
+        "--steps", type=int, default=20, metavar="N", help="measured steps the printed commands train for"
+    )
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -147,6 +167,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(args)
         if args.command == "dashboard":
             return _dashboard(args)
+        if args.command == "best":
+            return _best(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -313,21 +335,52 @@ def _dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def _utilization(args: argparse.Namespace) -> int:
+def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]:
+    """The study file and its stored study; a missing study is a one-line error."""
     from explorer.spec import load_study
-    from explorer.study import mask_url, open_study, study_utilization
+    from explorer.study import mask_url, open_study
 
     loaded = load_study(args.study, storage=args.storage)
     try:
-        study = open_study(loaded, create=False)
+        return loaded, open_study(loaded, create=False)
     except KeyError:  # optuna: "Record does not exist."
         raise SpecError(
             file=args.study,
             field="name",
             problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
         ) from None
+
+
+def _utilization(args: argparse.Namespace) -> int:
+    from explorer.study import study_utilization
+
+    _, study = _open_existing(args)
     used = study_utilization(study)
     print(used.describe() if used is not None else "GPU-slot utilization: - (no trial held GPUs)")
+    return 0
+
+
+def _best(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.best import select_best, summary_lines, write_best
+    from explorer.study import mask_url
+
+    if args.steps < 1:
+        raise SpecError(file="--steps", field="", problem=f"{args.steps} must be at least 1")
+    loaded, study = _open_existing(args)
+    selection = select_best(study)
+    if selection is None:
+        raise SpecError(
+            file=args.study,
+            field="",
+            problem=f"no feasible trial in study {loaded.spec.name!r} ({mask_url(loaded.storage_url)}); "
+            "nothing written",
+        )
+    out = Path(args.out) if args.out else loaded.output_dir / "best"
+    files = write_best(loaded, selection, out, steps=args.steps)
+    for line in summary_lines(loaded, selection, files):
+        print(line)
     return 0
 
 

@@ -26,7 +26,7 @@ from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
 from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
 
-__all__ = ["main", "run_rank", "training_arguments"]
+__all__ = ["main", "run_rank", "training_arguments", "training_kwargs"]
 
 GIB = 2**30
 
@@ -63,9 +63,29 @@ def training_arguments(
     from transformers import TrainingArguments
 
     c: TrialConfig = job.config
-    m = job.measurement
+    if c.distributed_backend == "FSDP" and c.fsdp_version == 1:
+        # accelerate 1.15 gives FSDP1 `sharding_strategy` (defaulting to this variable, else
+        # FULL_SHARD) precedence over `reshard_after_forward`, where transformers puts the
+        # strategy: without this, every FSDP1 trial would silently run FULL_SHARD.
+        os.environ["FSDP_SHARDING_STRATEGY"] = (c.fsdp_sharding_strategy or "FULL_SHARD").upper()
+    kwargs = training_kwargs(job, device_type=device.type, layer_classes=layer_classes)
+    return TrainingArguments(output_dir=output_dir, max_steps=job.measurement.step_budget, **kwargs)
+
+
+def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str] | None) -> dict[str, Any]:
+    """The keyword arguments of ``TrainingArguments`` for ``job.config``, but ``output_dir`` and
+    ``max_steps``: plain JSON values (``explorer best`` writes them out as they are).
+
+    Args:
+        job: The trial.
+        device_type: ``cuda`` or ``cpu``, the device the ranks train on.
+        layer_classes: FSDP only: the decoder layer classes to wrap one by one.
+    """
+    from transformers import TrainingArguments
+
+    c: TrialConfig = job.config
     kwargs: dict[str, Any] = {}
-    cuda = device.type == "cuda"
+    cuda = device_type == "cuda"
     distributed = c.number_gpus > 1
     if cuda:
         kwargs["bf16"] = job.workload.torch_dtype == "bfloat16"
@@ -90,16 +110,10 @@ def training_arguments(
             c.fsdp_sharding_strategy == "FULL_SHARD" if c.fsdp_version == 2 else strategy
         )
         kwargs["fsdp"] = True
-        if c.fsdp_version == 1:
-            # accelerate 1.15 gives FSDP1 `sharding_strategy` (defaulting to this variable, else
-            # FULL_SHARD) precedence over `reshard_after_forward`, where transformers puts the
-            # strategy: without this, every FSDP1 trial would silently run FULL_SHARD.
-            os.environ["FSDP_SHARDING_STRATEGY"] = strategy.upper()
         kwargs["fsdp_config"] = fsdp_config
         gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
     else:
         gradient_checkpointing = c.gradient_checkpointing
-    max_steps = m.step_budget
     # transformers renamed gradient_checkpointing to activation_checkpointing during 5.x
     # (5.17 knows only the old name, 5.23 warns about it); pass whichever this version has.
     ckpt = (
@@ -109,11 +123,9 @@ def training_arguments(
     )
     kwargs[ckpt] = gradient_checkpointing
     kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
-    return TrainingArguments(
-        output_dir=output_dir,
+    return dict(
         per_device_train_batch_size=c.per_device_batch_size,
         gradient_accumulation_steps=c.gradient_accumulation_steps,
-        max_steps=max_steps,
         learning_rate=1e-5,
         weight_decay=0.0,
         lr_scheduler_type="constant",

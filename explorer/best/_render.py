@@ -1,0 +1,140 @@
+"""The files a user runs next: an accelerate config from ``launchers/accelerate``, the Trainer's
+arguments, and the ``torchrun`` / ``accelerate launch`` command lines of ``explorer.train_best``."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from pathlib import Path
+
+import yaml
+
+from explorer.trial_config import TrialConfig
+
+__all__ = [
+    "TEMPLATES",
+    "accelerate_command",
+    "accelerate_values",
+    "mixed_precision",
+    "render_accelerate",
+    "template_for",
+    "torchrun_command",
+]
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "launchers" / "accelerate"
+"""The accelerate config templates (``${NAME}`` placeholders), in the source tree."""
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
+
+
+def template_for(config: TrialConfig) -> str:
+    """The template file name for ``config``: ``fsdp1.yaml``, ``fsdp2.yaml`` or ``ddp.yaml``
+    (DDP, and one process, which renders ``ddp.yaml`` with ``distributed_type: NO``)."""
+    if config.distributed_backend == "FSDP":
+        return f"fsdp{config.fsdp_version or 1}.yaml"
+    return "ddp.yaml"
+
+
+def mixed_precision(device_type: str, torch_dtype: str) -> str:
+    """accelerate's ``mixed_precision``: the workload's dtype on CUDA, ``no`` on the CPU (the worker
+    trains in float32 there)."""
+    if device_type != "cuda":
+        return "no"
+    return {"bfloat16": "bf16", "float16": "fp16"}.get(torch_dtype, "no")
+
+
+def accelerate_values(
+    config: TrialConfig, *, device_type: str, torch_dtype: str, layer_classes: list[str] | None
+) -> dict[str, str]:
+    """The template's placeholder values for ``config``, as YAML scalars.
+
+    Args:
+        config: The configuration to run.
+        device_type: ``cuda`` or ``cpu``.
+        torch_dtype: The workload's ``torch_dtype``.
+        layer_classes: FSDP: the decoder layer classes to wrap (from the model class).
+
+    Raises:
+        ValueError: FSDP without ``layer_classes``.
+    """
+    yes_no = {True: "true", False: "false"}
+    values = {
+        "NUMBER_GPUS": str(config.number_gpus),
+        # quoted: YAML 1.1 (accelerate's loader) reads a bare no as false
+        "MIXED_PRECISION": f'"{mixed_precision(device_type, torch_dtype)}"',
+        "DISTRIBUTED_TYPE": "MULTI_GPU" if config.number_gpus > 1 else '"NO"',  # not false
+    }
+    if config.distributed_backend == "FSDP":
+        if not layer_classes:
+            raise ValueError("FSDP needs the decoder layer classes to wrap")
+        values.update(
+            DECODER_LAYER_CLASS=",".join(layer_classes),
+            SHARDING_STRATEGY=config.fsdp_sharding_strategy or "FULL_SHARD",
+            RESHARD_AFTER_FORWARD=yes_no[config.fsdp_sharding_strategy == "FULL_SHARD"],
+            ACTIVATION_CHECKPOINTING=yes_no[config.gradient_checkpointing],
+            # as the worker: accelerate's sync_module_states needs an accelerator
+            SYNC_MODULE_STATES=yes_no[device_type == "cuda"],
+            # accelerate refuses cpu_ram_efficient_loading without sync_module_states
+            CPU_RAM_EFFICIENT_LOADING=yes_no[device_type == "cuda"],
+        )
+    return values
+
+
+def render_accelerate(
+    config: TrialConfig,
+    *,
+    device_type: str,
+    torch_dtype: str,
+    layer_classes: list[str] | None,
+    header: tuple[str, ...] = (),
+    templates: Path = TEMPLATES,
+) -> str:
+    """The accelerate config YAML for ``config``: its template with every placeholder filled.
+
+    Args:
+        config: The configuration to run.
+        device_type: ``cuda`` or ``cpu``.
+        torch_dtype: The workload's ``torch_dtype``.
+        layer_classes: FSDP: the decoder layer classes to wrap.
+        header: Comment lines (without ``#``) put before the template.
+        templates: The folder of ``ddp.yaml``, ``fsdp1.yaml`` and ``fsdp2.yaml``.
+
+    Raises:
+        FileNotFoundError: The templates are not there (explorer installed without its source tree).
+        ValueError: A placeholder is left, or the result is not a YAML mapping.
+    """
+    path = templates / template_for(config)
+    if not path.is_file():
+        raise FileNotFoundError(f"accelerate template {path} not found (it ships in the source tree)")
+    values = accelerate_values(
+        config, device_type=device_type, torch_dtype=torch_dtype, layer_classes=layer_classes
+    )
+    text = string.Template(path.read_text()).safe_substitute(values)
+    left = sorted(set(_PLACEHOLDER.findall(text)))
+    if left:
+        raise ValueError(f"{path}: placeholders left after rendering: {', '.join(left)}")
+    notes = list(header)
+    if device_type != "cuda" and config.number_gpus > 1:
+        # accelerate starts a single process when use_cpu is true; the Trainer's use_cpu (in the
+        # training arguments) is what puts the ranks on the CPU.
+        notes.append("CPU: use_cpu stays false so that accelerate starts every process (gloo).")
+    rendered = "\n".join([*(f"# {line}".rstrip() for line in notes), text.rstrip()]) + "\n"
+    if not isinstance(yaml.safe_load(rendered), dict):
+        raise ValueError(f"{path}: the rendered config is not a mapping")
+    return rendered
+
+
+def _entry(job_file: Path, steps: int) -> list[str]:
+    return ["-m", "explorer.train_best", "--job", str(job_file), "--steps", str(steps)]
+
+
+def torchrun_command(config: TrialConfig, *, job_file: Path, steps: int) -> str:
+    """``torchrun --standalone --nproc_per_node N -m explorer.train_best --job FILE --steps S``."""
+    argv = ["torchrun", "--standalone", "--nproc_per_node", str(config.number_gpus), *_entry(job_file, steps)]
+    return shlex.join(argv)
+
+
+def accelerate_command(*, config_file: Path, job_file: Path, steps: int) -> str:
+    """``accelerate launch --config_file FILE -m explorer.train_best --job FILE --steps S``."""
+    return shlex.join(["accelerate", "launch", "--config_file", str(config_file), *_entry(job_file, steps)])

@@ -1,0 +1,149 @@
+"""``explorer best``: write the best feasible configuration as files, and say how to run it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.best._render import accelerate_command, render_accelerate, torchrun_command
+from explorer.best._select import Selection
+from explorer.job import TrialJob
+from explorer.study import config_of, describe
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.spec import LoadedStudy
+
+__all__ = ["BestFiles", "device_type_of", "summary_lines", "write_best"]
+
+
+@dataclass(frozen=True)
+class BestFiles:
+    """What :func:`write_best` wrote, and the command lines that run it."""
+
+    accelerate_config: Path
+    training_arguments: Path
+    job: Path
+    launch_script: Path
+    torchrun: str
+    accelerate: str
+
+
+def device_type_of(loaded: LoadedStudy, trial: optuna.trial.FrozenTrial) -> str:
+    """``cuda`` or ``cpu``: where the trial was measured (its ``device`` property), else where the
+    study's resources say (``auto`` taken as CUDA)."""
+    measured = trial.user_attrs.get("device")
+    if measured in ("cuda", "cpu"):
+        return str(measured)
+    return "cpu" if loaded.spec.resources.device == "cpu" else "cuda"
+
+
+def _layer_classes(loaded: LoadedStudy, job: TrialJob) -> list[str] | None:
+    """The decoder layer classes FSDP wraps, as the worker finds them (FSDP only)."""
+    if job.config.distributed_backend != "FSDP":
+        return None
+    from explorer.worker._model import decoder_layer_classes, load_config
+
+    return decoder_layer_classes(load_config(job.workload.model, job.model_path))
+
+
+def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, steps: int) -> BestFiles:
+    """Write the accelerate config, the Trainer's arguments, the job and a launch script.
+
+    Args:
+        loaded: The study.
+        selection: Its best trial and runners-up.
+        out_dir: Folder for the files (created).
+        steps: Measured steps the printed commands train for (after the study's warmup steps).
+
+    Returns:
+        The paths written and the two command lines.
+    """
+    from explorer.worker._train import training_kwargs
+
+    best = selection.best
+    job = TrialJob.for_study(loaded, config_of(best), trial_number=best.number)
+    device_type = device_type_of(loaded, best)
+    layers = _layer_classes(loaded, job)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {
+        name: out_dir / name
+        for name in ("accelerate.yaml", "training_arguments.json", "job.json", "launch.sh")
+    }
+    header = (
+        f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
+        f"{best.value:.1f} dataset tokens/s per GPU.",
+        f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
+    )
+    files["accelerate.yaml"].write_text(
+        render_accelerate(
+            job.config,
+            device_type=device_type,
+            torch_dtype=job.workload.torch_dtype,
+            layer_classes=layers,
+            header=header,
+        )
+    )
+    kwargs = training_kwargs(job, device_type=device_type, layer_classes=layers)
+    files["training_arguments.json"].write_text(json.dumps(kwargs, indent=2) + "\n")
+    files["job.json"].write_text(json.dumps(json.loads(job.to_json()), indent=2) + "\n")
+    torchrun = torchrun_command(job.config, job_file=files["job.json"], steps=steps)
+    accelerate = accelerate_command(
+        config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps
+    )
+    files["launch.sh"].write_text(
+        "#!/bin/sh\n"
+        + "".join(f"# {line}\n" for line in header[:1])
+        + f"# or: {accelerate}\nexec {torchrun}\n"
+    )
+    files["launch.sh"].chmod(0o755)
+    return BestFiles(
+        accelerate_config=files["accelerate.yaml"],
+        training_arguments=files["training_arguments.json"],
+        job=files["job.json"],
+        launch_script=files["launch.sh"],
+        torchrun=torchrun,
+        accelerate=accelerate,
+    )
+
+
+def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
+    value: Any = trial.user_attrs.get(key)
+    return float(value) if isinstance(value, int | float) else float("nan")
+
+
+def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -> list[str]:
+    """What ``explorer best`` prints: the best trial's figures, the runners-up, paths, commands."""
+    best = selection.best
+    config = config_of(best)
+    value = best.value or 0.0
+    lines = [
+        f"best: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
+        f"  {value:.1f} dataset tok/s/gpu, {_attr(best, 'dataset_tokens_per_second'):.1f} total "
+        f"on {config.number_gpus} GPU(s); MFU {100 * _attr(best, 'mfu'):.2f}%; "
+        f"peak memory {_attr(best, 'peak_memory_gib'):.3f} GiB",
+        f"within noise (at most {100 * selection.tolerance:.1f}% below the best: the larger of 2% and "
+        f"its step-time CI over {int(_attr(best, 'measured_steps'))} steps):",
+    ]
+    if selection.runners_up:
+        lines.append(f"  {'trial':<6} {'tok/s/gpu':>10} {'vs best':>8}  configuration")
+        for t in selection.runners_up:
+            ratio = (t.value or 0.0) / value - 1.0 if value else 0.0
+            lines.append(
+                f"  {t.number:<6} {t.value or 0.0:>10.1f} {100 * ratio:>+7.1f}%  {describe(config_of(t))}"
+            )
+    else:
+        lines.append("  none")
+    lines += [
+        f"accelerate config:  {files.accelerate_config}",
+        f"training arguments: {files.training_arguments}",
+        f"job:                {files.job}",
+        f"launch script:      {files.launch_script}",
+        "run it with:",
+        f"  {files.torchrun}",
+        f"  {files.accelerate}",
+    ]
+    return lines
