@@ -364,6 +364,7 @@ def _best(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.best import select_best, summary_lines, write_best
+    from explorer.report import pareto_lines
     from explorer.study import mask_url
 
     if args.steps < 1:
@@ -380,6 +381,8 @@ def _best(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else loaded.output_dir / "best"
     files = write_best(loaded, selection, out, steps=args.steps)
     for line in summary_lines(loaded, selection, files):
+        print(line)
+    for line in pareto_lines(study):  # a multi-objective study: every trade-off, not one best
         print(line)
     return 0
 

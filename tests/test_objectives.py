@@ -11,7 +11,7 @@ from explorer.study import open_study, optimize, status_of
 from explorer.study._objectives import INFEASIBLE_MINIMIZED
 
 
-def test_a_two_objective_quickstart_has_a_pareto_front(write_study, tmp_path, ray_local):
+def test_a_two_objective_quickstart_has_a_pareto_front(write_study, tmp_path, ray_local, capsys):
     """Real CPU trials: batch 4 needs less memory than batch 8 and runs slower per GPU, so both
     are on the front; batch 512 runs out of memory and is on no front."""
     path = write_study(
@@ -44,6 +44,15 @@ def test_a_two_objective_quickstart_has_a_pareto_front(write_study, tmp_path, ra
             assert status_of(t) == "oom" and t.values == [0.0, INFEASIBLE_MINIMIZED]
     front = study.best_trials
     assert len(front) >= 2 and all(status_of(t) == "ok" for t in front)
+
+    from explorer.cli import main
+    from explorer.report import pareto_lines
+
+    lines = pareto_lines(study)
+    assert lines[0].startswith(f"Pareto front ({len(front)} trials)") and len(lines) == 1 + len(front)
+    assert main(["best", str(path), "--steps", "1", "--out", str(tmp_path / "best")]) == 0
+    printed = capsys.readouterr().out
+    assert "Pareto front" in printed and (tmp_path / "best" / "accelerate.yaml").is_file()
 
 
 def test_a_stored_study_with_other_objectives_is_refused(write_study, tmp_path):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.report import feasible_ranking
+from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
     import optuna
@@ -54,6 +55,6 @@ def select_best(study: optuna.Study) -> Selection | None:
         return None
     best = ranking[0]
     tolerance = noise_tolerance(best)
-    floor = (best.value or 0.0) * (1.0 - tolerance)
-    runners_up = [t for t in ranking[1:] if (t.value or 0.0) >= floor]
+    floor = (objective_value(best) or 0.0) * (1.0 - tolerance)
+    runners_up = [t for t in ranking[1:] if (objective_value(t) or 0.0) >= floor]
     return Selection(best=best, runners_up=runners_up, tolerance=tolerance)

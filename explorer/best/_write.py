@@ -11,6 +11,7 @@ from explorer.best._render import accelerate_command, render_accelerate, torchru
 from explorer.best._select import Selection
 from explorer.job import TrialJob
 from explorer.study import config_of, describe
+from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
     import optuna
@@ -75,7 +76,7 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
     }
     header = (
         f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
-        f"{best.value:.1f} dataset tokens/s per GPU.",
+        f"{objective_value(best):.1f} dataset tokens/s per GPU.",
         f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
     )
     files["accelerate.yaml"].write_text(
@@ -119,7 +120,7 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
     """What ``explorer best`` prints: the best trial's figures, the runners-up, paths, commands."""
     best = selection.best
     config = config_of(best)
-    value = best.value or 0.0
+    value = objective_value(best) or 0.0
     lines = [
         f"best: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
         f"  {value:.1f} dataset tok/s/gpu, {_attr(best, 'dataset_tokens_per_second'):.1f} total "
@@ -131,9 +132,9 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
     if selection.runners_up:
         lines.append(f"  {'trial':<6} {'tok/s/gpu':>10} {'vs best':>8}  configuration")
         for t in selection.runners_up:
-            ratio = (t.value or 0.0) / value - 1.0 if value else 0.0
+            ratio = (objective_value(t) or 0.0) / value - 1.0 if value else 0.0
             lines.append(
-                f"  {t.number:<6} {t.value or 0.0:>10.1f} {100 * ratio:>+7.1f}%  {describe(config_of(t))}"
+                f"  {t.number:<6} {objective_value(t) or 0.0:>10.1f} {100 * ratio:>+7.1f}%  {describe(config_of(t))}"
             )
     else:
         lines.append("  none")

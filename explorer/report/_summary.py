@@ -14,6 +14,7 @@ from explorer.study import (
     open_study,
     status_of,
 )
+from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
     import optuna
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
     from explorer.study import OptimizeResult
 
-__all__ = ["feasible_ranking", "print_summary"]
+__all__ = ["feasible_ranking", "pareto_lines", "print_summary"]
 
 
 def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
@@ -29,9 +30,9 @@ def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     ok = [
         t
         for t in study.get_trials(deepcopy=False)
-        if status_of(t) == "ok" and t.value is not None and not answered_without_running(t)
+        if status_of(t) == "ok" and objective_value(t) is not None and not answered_without_running(t)
     ]
-    return sorted(ok, key=lambda t: t.value or 0.0, reverse=True)
+    return sorted(ok, key=lambda t: objective_value(t) or 0.0, reverse=True)
 
 
 def print_summary(
@@ -53,15 +54,34 @@ def print_summary(
     ranking = feasible_ranking(study)
     if ranking:
         best = ranking[0]
-        printer(f"best: trial {best.number}: {best.value:.1f} {OBJECTIVE}")
+        printer(f"best: trial {best.number}: {objective_value(best):.1f} {OBJECTIVE}")
         config = config_of(best)
         printer("      " + " ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None))
         printer(f"      peak memory {best.user_attrs.get('peak_memory_gib', float('nan')):.2f} GiB")
         printer("top 5:")
         for t in ranking[:5]:
-            printer(f"  trial {t.number:<4} {t.value:>12.1f}  {describe(config_of(t))}")
+            printer(f"  trial {t.number:<4} {objective_value(t):>12.1f}  {describe(config_of(t))}")
     else:
         printer("no feasible configuration yet")
+    for line in pareto_lines(study):
+        printer(line)
     url = mask_url(loaded.storage_url)
     printer(f"storage: {url} (study {loaded.spec.name!r})")
     printer(f"dashboard: optuna-dashboard {url}")
+
+
+def pareto_lines(study: optuna.Study) -> list[str]:
+    """The Pareto front of a multi-objective study, one line a trial (nothing for one objective)."""
+    if len(study.directions) < 2:
+        return []
+    names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
+    front = sorted(
+        (t for t in study.best_trials if status_of(t) == "ok" and not answered_without_running(t)),
+        key=lambda t: -(objective_value(t) or 0.0),
+    )
+    head = " / ".join(f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions, strict=True))
+    lines = [f"Pareto front ({len(front)} trials): {head}"]
+    for t in front:
+        values = " / ".join(f"{v:.4g}" for v in t.values)
+        lines.append(f"  trial {t.number:<4} {values:<28} {describe(config_of(t))}")
+    return lines
