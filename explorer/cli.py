@@ -272,7 +272,7 @@ def _export(args: argparse.Namespace) -> int:
     from explorer.export import write_export
     from explorer.spec import load_study
 
-    loaded = load_study(args.study, storage=args.storage)
+    loaded = load_study(args.study, storage=args.storage, check_model=False)
     fmt = "csv" if args.csv else args.format
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
     n = write_export(loaded, path, fmt=fmt)
@@ -286,7 +286,7 @@ def _report(args: argparse.Namespace) -> int:
     from explorer.report import write_report
     from explorer.spec import load_study
 
-    loaded = load_study(args.study, storage=args.storage)
+    loaded = load_study(args.study, storage=args.storage, check_model=False)
     report = write_report(loaded, Path(args.out) if args.out else None)
     print(f"report: {report.folder}")
     print(f"html: {report.html}")
@@ -320,7 +320,7 @@ def _status(args: argparse.Namespace) -> int:
     from explorer.spec import load_study
     from explorer.status import print_status
 
-    print_status(load_study(args.study, storage=args.storage))
+    print_status(load_study(args.study, storage=args.storage, check_model=False))
     return 0
 
 
@@ -330,7 +330,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise SpecError(file="--port", field="", problem=f"{args.port} is not a port number")
-    loaded = load_study(args.study, storage=args.storage)
+    loaded = load_study(args.study, storage=args.storage, check_model=False)
     serve(loaded, host=args.host, port=args.port, printer=lambda line: print(line, flush=True))
     return 0
 
@@ -340,7 +340,7 @@ def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]
     from explorer.spec import load_study
     from explorer.study import mask_url, open_study
 
-    loaded = load_study(args.study, storage=args.storage)
+    loaded = load_study(args.study, storage=args.storage, check_model=False)
     try:
         return loaded, open_study(loaded, create=False)
     except KeyError:  # optuna: "Record does not exist."

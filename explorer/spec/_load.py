@@ -125,10 +125,15 @@ def load_study(
     storage: str | None = None,
     n_trials: int | None = None,
     replay_table: str | Path | None = None,
+    check_model: bool = True,
 ) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
     Nothing is written anywhere. Command-line overrides are applied and validated too.
+
+    Args:
+        check_model: build the model architecture's transformers config to check it (imports
+            transformers, about 2.5 s); the commands that only read a stored study skip it.
 
     Raises:
         SpecError: the first problem found, naming the file and the field.
@@ -190,7 +195,8 @@ def load_study(
         else:
             raise SpecError(file=label, field="workload.model.path", problem=f"{model.path} does not exist")
     else:
-        _check_architecture(label, model.architecture or {})
+        if check_model:
+            _check_architecture(label, model.architecture or {})
     dataset_path: Path | None = None
     if spec.workload.dataset.kind == "jsonl":
         dataset_path = _resolve(base, spec.workload.dataset.path or "")
