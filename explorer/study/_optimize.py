@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ from explorer.study._inference import inferred_oom
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
 from explorer.study._objectives import SECOND_OBJECTIVES, Direction, best_feasible, objective_value
+from explorer.study._proposals import propose_neighbour, propose_unanswered
 from explorer.study._record import (
     OBJECTIVE,
     counted_trials,
@@ -28,7 +29,7 @@ from explorer.study._record import (
     status_of,
 )
 from explorer.study._recover import reclaim_interrupted, requeue
-from explorer.study._sampler import DEFAULT_STARTUP, make_sampler
+from explorer.study._sampler import make_sampler
 from explorer.study._storage import mask_url, open_storage
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
@@ -260,9 +261,9 @@ def optimize(
             ):
                 waiting = [*in_flight.values(), *pending]
                 if spec.when_converged == "explore" and reuse_streak >= EXPLORE_AFTER:
-                    _propose_unanswered(study, loaded, known, waiting, valid_configs)
+                    propose_unanswered(study, loaded, known, (f.config for f in waiting), valid_configs)
                 elif local is not None:
-                    _propose_neighbour(study, loaded, local, known, waiting)
+                    propose_neighbour(study, loaded, local, known, (f.config for f in waiting))
                 trial = study.ask()
                 config = loaded.space.suggest(trial)
                 attempt = int(trial.user_attrs.get("attempt", 0))
@@ -335,21 +336,21 @@ def optimize(
                             study_name=spec.name,
                             trial_number=number,
                         )
-                waiting = twins.pop(flight.config.key(), [])
+                same = twins.pop(flight.config.key(), [])
                 if status in ("ok", "oom"):
                     source = known.measured[flight.config.key()]
-                    for twin in waiting:
+                    for twin in same:
                         record_reuse(study, twin.trial, source)
                         printer(f"        trial {twin.trial.number} {status}: reused trial {number}")
-                elif waiting and retry:  # the first proposal of it again runs as the retry
-                    waiting[0].attempt = flight.attempt + 1
-                    pending.append(waiting[0])
-                    if waiting[1:]:
-                        twins[flight.config.key()] = waiting[1:]
+                elif same and retry:  # the first proposal of it again runs as the retry
+                    same[0].attempt = flight.attempt + 1
+                    pending.append(same[0])
+                    if same[1:]:
+                        twins[flight.config.key()] = same[1:]
                 else:  # failed for good: so would they (answered so, without counting)
-                    for twin in waiting:
+                    for twin in same:
                         _fail_as(study, twin, number)
-                if retry and not waiting:
+                if retry and not same:
                     requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
                 elif not retry:
                     done += 1
@@ -391,68 +392,6 @@ def optimize(
         wall_seconds=time.monotonic() - started,
         statuses=statuses,
     )
-
-
-def _propose_neighbour(
-    study: optuna.Study,
-    loaded: LoadedStudy,
-    local: LocalSearch,
-    known: Known,
-    flights: Iterable[_InFlight],
-) -> None:
-    """Enqueue local search's proposal, when it is its turn: a covering start-up configuration,
-    then an unanswered neighbour of the best configurations, except every ``global_every``-th
-    trial (the sampler's)."""
-    sampler = loaded.spec.sampler
-    startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
-    trials = study.get_trials(deepcopy=False)
-    if any(t.state.name == "WAITING" for t in trials):
-        return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
-    if len(trials) < startup:
-        seen = [(k, v) for t in trials for k, v in t.params.items()]
-        start = local.start(seen=seen, seed=f"{sampler.seed}:{len(trials)}")
-        study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
-        return
-    if not known.feasible or len(trials) % sampler.global_every == 0:
-        return
-    answered = set(known.measured) | {f.config.key() for f in flights}
-    feasible = [(c, v) for c, v, _ in known.feasible.values()]
-    proposal = local.propose(feasible=feasible, answered=answered, ooms=known.ooms)
-    if proposal is None:
-        return
-    config, base = proposal
-    study.enqueue_trial(
-        loaded.space.params_for(config),
-        user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
-    )
-
-
-def _propose_unanswered(
-    study: optuna.Study,
-    loaded: LoadedStudy,
-    known: Known,
-    flights: Iterable[_InFlight],
-    configs: list[TrialConfig],
-) -> None:
-    """Enqueue a random configuration of the space that is not answered, in flight, invalid or
-    inferred OOM (``when_converged: explore``); none left: nothing (the streak then stops the study)."""
-    import random
-
-    from optuna.trial import TrialState
-
-    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-        return
-    taken = set(known.measured) | {f.config.key() for f in flights}
-    if not configs:  # the valid configurations of the space, enumerated once
-        configs.extend(
-            c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None
-        )
-    rng = random.Random(f"{loaded.spec.sampler.seed}:{len(study.get_trials(deepcopy=False))}")
-    for i in rng.sample(range(len(configs)), len(configs)):
-        c = configs[i]
-        if c.key() not in taken and inferred_oom(c, known.ooms) is None:
-            study.enqueue_trial(loaded.space.params_for(c), user_attrs={"proposed_by": "explore"})
-            return
 
 
 def _fail_as(study: optuna.Study, twin: _InFlight, number: int) -> None:

@@ -1,0 +1,83 @@
+"""Proposals the driver enqueues before asking the sampler: local search's (a covering start,
+then neighbours of the best configurations) and, with ``when_converged: explore``, an unanswered
+configuration at random."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from explorer.spec import LoadedStudy
+from explorer.study._inference import inferred_oom
+from explorer.study._known import Known
+from explorer.study._neighbours import LocalSearch
+from explorer.study._sampler import DEFAULT_STARTUP
+from explorer.trial_config import TrialConfig
+from explorer.validity import invalid_reason
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["propose_neighbour", "propose_unanswered"]
+
+
+def propose_neighbour(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    local: LocalSearch,
+    known: Known,
+    busy: Iterable[TrialConfig],
+) -> None:
+    """Enqueue local search's proposal, when it is its turn: a covering start-up configuration,
+    then an unanswered neighbour of the best configurations, except every ``global_every``-th
+    trial (the sampler's)."""
+    sampler = loaded.spec.sampler
+    startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state.name == "WAITING" for t in trials):
+        return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
+    if len(trials) < startup:
+        seen = [(k, v) for t in trials for k, v in t.params.items()]
+        start = local.start(seen=seen, seed=f"{sampler.seed}:{len(trials)}")
+        study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
+        return
+    if not known.feasible or len(trials) % sampler.global_every == 0:
+        return
+    answered = set(known.measured) | {c.key() for c in busy}
+    feasible = [(c, v) for c, v, _ in known.feasible.values()]
+    proposal = local.propose(feasible=feasible, answered=answered, ooms=known.ooms)
+    if proposal is None:
+        return
+    config, base = proposal
+    study.enqueue_trial(
+        loaded.space.params_for(config),
+        user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
+    )
+
+
+def propose_unanswered(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    known: Known,
+    busy: Iterable[TrialConfig],
+    configs: list[TrialConfig],
+) -> None:
+    """Enqueue a random configuration of the space that is not answered, in flight, invalid or
+    inferred OOM (``when_converged: explore``); none left: nothing (the streak then stops the study)."""
+    import random
+
+    from optuna.trial import TrialState
+
+    if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return
+    taken = set(known.measured) | {c.key() for c in busy}
+    if not configs:  # the valid configurations of the space, enumerated once
+        configs.extend(
+            c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None
+        )
+    rng = random.Random(f"{loaded.spec.sampler.seed}:{len(study.get_trials(deepcopy=False))}")
+    for i in rng.sample(range(len(configs)), len(configs)):
+        c = configs[i]
+        if c.key() not in taken and inferred_oom(c, known.ooms) is None:
+            study.enqueue_trial(loaded.space.params_for(c), user_attrs={"proposed_by": "explore"})
+            return
