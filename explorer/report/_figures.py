@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.report._points import Kind, TrialPoint, setting_of
+from explorer.study._objectives import pareto_front
 
 if TYPE_CHECKING:
     import optuna
@@ -334,7 +335,8 @@ def draw_importances(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTr
 
 
 def draw_pareto(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial], path: Path) -> Path:
-    """The first two objectives of the feasible trials, with the Pareto front (``study.best_trials``).
+    """The first two objectives of the feasible trials, with the Pareto front (``study.best_trials``,
+    without repeats).
 
     Args:
         study: A study with two or more directions.
@@ -342,7 +344,7 @@ def draw_pareto(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial],
         path: Where to write the PNG.
     """
     title = "Pareto front" + (" (first two objectives)" if len(study.directions) > 2 else "")
-    front = [t for t in study.best_trials if t.values is not None]
+    front = pareto_front(study)  # each configuration once: repeats answered from another are not
     if not trials and not front:
         return _message(path, title, "no feasible trial yet")
     fig = _figure()

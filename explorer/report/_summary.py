@@ -14,7 +14,7 @@ from explorer.study import (
     open_study,
     status_of,
 )
-from explorer.study._objectives import objective_value
+from explorer.study._objectives import objective_value, pareto_front
 
 if TYPE_CHECKING:
     import optuna
@@ -67,7 +67,8 @@ def print_summary(
         printer(line)
     url = mask_url(loaded.storage_url)
     printer(f"storage: {url} (study {loaded.spec.name!r})")
-    printer(f"dashboard: optuna-dashboard {url}")
+    printer(f"dashboard: explorer dashboard {loaded.file}  (or: optuna-dashboard {url})")
+    printer(f"next: explorer report {loaded.file}; explorer best {loaded.file}")
 
 
 def pareto_lines(study: optuna.Study) -> list[str]:
@@ -75,10 +76,7 @@ def pareto_lines(study: optuna.Study) -> list[str]:
     if len(study.directions) < 2:
         return []
     names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
-    front = sorted(
-        (t for t in study.best_trials if status_of(t) == "ok" and not answered_without_running(t)),
-        key=lambda t: -(objective_value(t) or 0.0),
-    )
+    front = pareto_front(study)
     head = " / ".join(f"{n} ({d.name.lower()})" for n, d in zip(names, study.directions, strict=True))
     lines = [f"Pareto front ({len(front)} trials): {head}"]
     for t in front:

@@ -27,6 +27,7 @@ __all__ = [
     "OBJECTIVE",
     "SECOND_OBJECTIVES",
     "best_feasible",
+    "pareto_front",
     "objective_value",
     "trial_values",
 ]
@@ -72,3 +73,12 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
         t for t in study.get_trials(deepcopy=False) if status_of(t) == "ok" and objective_value(t) is not None
     ]
     return max(ok, key=lambda t: (objective_value(t) or 0.0, -t.number), default=None)
+
+
+def pareto_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """The feasible trials on the Pareto front, each configuration once (repeats answered from
+    another trial are left out), highest first objective first."""
+    from explorer.study._record import answered_without_running, status_of
+
+    front = [t for t in study.best_trials if status_of(t) == "ok" and not answered_without_running(t)]
+    return sorted(front, key=lambda t: (-(objective_value(t) or 0.0), t.number))
