@@ -41,11 +41,19 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
     sqlite = parsed.get_backend_name() == "sqlite"
     connect_args = {"timeout": 60} if sqlite else {"connect_timeout": 10}
     try:
-        probe = sqlalchemy.create_engine(url, connect_args=connect_args)
-        with probe.connect() as conn:
-            if sqlite:
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-        probe.dispose()
+        for attempt in range(5):
+            probe = sqlalchemy.create_engine(url, connect_args=connect_args)
+            try:
+                with probe.connect() as conn:
+                    if sqlite:  # switching to WAL takes a lock no busy timeout waits for
+                        conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+                break
+            except sqlalchemy.exc.OperationalError as exc:
+                if "database is locked" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))  # another process is switching it right now
+            finally:
+                probe.dispose()
     except Exception as exc:  # any driver error means "unreachable": report it as one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpecError(file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}") from None
