@@ -338,17 +338,10 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]:
     """The study file and its stored study; a missing study is a one-line error."""
     from explorer.spec import load_study
-    from explorer.study import mask_url, open_study
+    from explorer.study import open_existing_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
-    try:
-        return loaded, open_study(loaded, create=False)
-    except KeyError:  # optuna: "Record does not exist."
-        raise SpecError(
-            file=args.study,
-            field="name",
-            problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
-        ) from None
+    return loaded, open_existing_study(loaded)
 
 
 def _utilization(args: argparse.Namespace) -> int:

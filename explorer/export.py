@@ -35,19 +35,9 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
     """The study's finished trials, as flat rows in ado's column order."""
     import optuna
 
-    from explorer.study import open_study, status_of
+    from explorer.study import open_existing_study, status_of
 
-    try:
-        study = open_study(loaded, create=False)
-    except KeyError:  # optuna: "Record does not exist."
-        from explorer.errors import SpecError
-        from explorer.study import mask_url
-
-        raise SpecError(
-            file=str(loaded.file),
-            field="name",
-            problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
-        ) from None
+    study = open_existing_study(loaded)
     names = [f.name for f in dataclasses.fields(TrialConfig)]
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     rows = []

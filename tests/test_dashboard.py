@@ -44,6 +44,21 @@ def _props(value: float) -> Properties:
     )
 
 
+def _study_detail(base: str, name: str, server: subprocess.Popen) -> tuple[int, dict]:
+    """The id and detail of study ``name`` as the dashboard at ``base`` serves it, once the
+    server answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            studies = _get(f"{base}/api/studies")
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "dashboard did not start"
+            time.sleep(0.5)
+    [summary] = [s for s in studies["study_summaries"] if s["study_name"] == name]
+    return summary["study_id"], _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+
+
 def _get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=10) as r:
         return json.loads(r.read())
@@ -79,16 +94,7 @@ def test_dashboard_serves_trials_and_user_attrs(tmp_path):
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                studies = _get(f"{base}/api/studies")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "dashboard did not start"
-                time.sleep(0.5)
-        [summary] = [s for s in studies["study_summaries"] if s["study_name"] == "dash"]
-        detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+        _, detail = _study_detail(base, "dash", server)
         trials = detail["trials"]
         assert len(trials) == 4
         attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials]
@@ -143,16 +149,7 @@ def test_explorer_dashboard_serves_trials_user_attrs_and_artifacts(write_study, 
         first = server.stdout.readline()
         assert first.startswith(f"dashboard: http://127.0.0.1:{port}/dashboard/"), first
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                studies = _get(f"{base}/api/studies")
-                break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, "dashboard did not start"
-                time.sleep(0.5)
-        [summary] = [s for s in studies["study_summaries"] if s["study_name"] == "test"]
-        detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+        study_id, detail = _study_detail(base, "test", server)
         trials = detail["trials"]
         attrs = [{a["key"]: a["value"] for a in t["user_attrs"]} for t in trials]
         assert [a["status"] for a in attrs] == ["ok", "failed"]
@@ -160,7 +157,7 @@ def test_explorer_dashboard_serves_trials_user_attrs_and_artifacts(write_study, 
         assert attrs[0]["log_file"] == "/x/train.log" and "NCCL error" in attrs[1]["error"]
         [artifact] = detail["artifacts"]
         assert artifact["artifact_id"] == artifact_id and artifact["filename"] == "history.txt"
-        with urllib.request.urlopen(f"{base}/artifacts/{summary['study_id']}/{artifact_id}", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}/artifacts/{study_id}/{artifact_id}", timeout=10) as r:
             assert r.read() == b"a figure"
     finally:
         server.terminate()

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.errors import SpecError
 from explorer.report._artifacts import attach_artifacts
 from explorer.report._figures import (
     HEIGHT_PX,
@@ -23,11 +22,9 @@ from explorer.report._html import ReportFigure, write_html
 from explorer.report._points import Kind, points_of
 
 if TYPE_CHECKING:
-    import optuna
-
     from explorer.spec import LoadedStudy
 
-__all__ = ["Report", "open_existing_study", "write_report"]
+__all__ = ["Report", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -49,35 +46,6 @@ class Report:
     artifact_dir: Path
 
 
-def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
-    """The study, which must exist; a missing sqlite file is not created.
-
-    Raises:
-        SpecError: no such study (or database file).
-    """
-    from sqlalchemy.engine import make_url
-
-    from explorer.study import mask_url, open_study
-
-    missing = SpecError(
-        file=str(loaded.file),
-        field="name",
-        problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
-    )
-    url = make_url(loaded.storage_url)
-    database = url.database or ""
-    if (
-        url.get_backend_name() == "sqlite"
-        and database not in ("", ":memory:")
-        and not Path(database).is_file()
-    ):
-        raise missing
-    try:
-        return open_study(loaded, create=False)
-    except KeyError:  # optuna: "Record does not exist."
-        raise missing from None
-
-
 def _domain_values(loaded: LoadedStudy, name: str) -> list[int]:
     domain = loaded.space.domains.get(name)
     values = getattr(domain, "values", ()) if domain is not None else ()
@@ -94,7 +62,7 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
     """
     import optuna
 
-    from explorer.study import OBJECTIVE, mask_url
+    from explorer.study import OBJECTIVE, mask_url, open_existing_study
 
     study = open_existing_study(loaded)
     folder = out if out is not None else loaded.output_dir / "report"

@@ -1,7 +1,7 @@
 """The persistent Optuna study: storage, sampler, recording outcomes, resume, and the optimize loop."""
 
 from explorer.study._inference import fits_by_dominance, inferred_oom, memory_dominates
-from explorer.study._optimize import OptimizeResult, describe, open_study, optimize
+from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
     COUNTED,
     OBJECTIVE,
@@ -29,6 +29,7 @@ __all__ = [
     "mask_url",
     "memory_dominates",
     "open_storage",
+    "open_existing_study",
     "open_study",
     "optimize",
     "reclaim_interrupted",

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from explorer.launch import Launcher
     from explorer.progress import ProgressHook
 
-__all__ = ["OptimizeResult", "describe", "open_study", "optimize"]
+__all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
 MAX_REUSE_STREAK = 30
@@ -154,6 +154,37 @@ def open_study(
                 study.set_metric_names(names)
         return study
     return optuna.load_study(study_name=loaded.spec.name, storage=storage, sampler=sampler)
+
+
+def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
+    """The study, which must exist; a missing sqlite file is not created.
+
+    Raises:
+        SpecError: no such study (or database file).
+    """
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from explorer.errors import SpecError
+
+    missing = SpecError(
+        file=str(loaded.file),
+        field="name",
+        problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
+    )
+    url = make_url(loaded.storage_url)
+    database = url.database or ""
+    if (
+        url.get_backend_name() == "sqlite"
+        and database not in ("", ":memory:")
+        and not Path(database).is_file()
+    ):
+        raise missing
+    try:
+        return open_study(loaded, create=False)
+    except KeyError:  # optuna: "Record does not exist."
+        raise missing from None
 
 
 def _enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
@@ -354,10 +385,7 @@ def optimize(
                     requeue(study, frozen(study, flight.trial), attempt=flight.attempt + 1, why="failed")
                 elif not retry:
                     done += 1
-                if status == "ok" and measurement.properties is not None:
-                    value = measurement.properties.dataset_tokens_per_second_per_gpu
-                    if best is None or value > best[0]:
-                        best = (value, number)
+                best = _better(best, number, measurement)
                 detail = (
                     f"{measurement.properties.dataset_tokens_per_second_per_gpu:.1f} tok/s/gpu"
                     if measurement.properties is not None
