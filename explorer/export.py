@@ -21,9 +21,7 @@ from explorer.trial_config import TrialConfig
 if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
 
-__all__ = ["FORMATS", "export_rows", "write_export"]
-
-FORMATS = ("csv", "json")
+__all__ = ["export_rows", "write_export"]
 
 _SKIP = {"attempt", "config_key", "log_tail", "proposed_by", "log_file"}
 """Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
