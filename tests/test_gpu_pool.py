@@ -263,3 +263,30 @@ def test_a_configuration_proposed_while_it_runs_waits_for_that_answer(write_stud
     assert 0 in slots and 1 not in slots
     assert trials[1].user_attrs["reused_from"] == 0 and trials[1].value == trials[0].value
     assert any("trial 1 waits for trial 0" in line for line in lines)
+
+
+def test_a_paced_replay_holds_its_gpus_in_real_time(write_study, tmp_path):
+    """``time_scale`` 0.01: 100-s trials hold their GPUs for about 1 s of real time each."""
+    import time
+
+    path = _pool_study(
+        write_study,
+        tmp_path,
+        n_trials=4,
+        parallel_trials=1,
+        launcher={
+            "kind": "replay",
+            "table": str(tmp_path / "table.csv"),
+            "durations": {"ok_s": 100.0, "oom_s": 100.0, "time_scale": 0.01},
+        },
+    )
+    started = time.monotonic()
+    result = optimize(load_study(path), printer=lambda _: None)
+    wall = time.monotonic() - started
+    assert result.counted == 4
+    slots = sorted(_stored_slots(path).values(), key=lambda s: s.start)
+    assert len(slots) == 4
+    for before, after in zip(slots, slots[1:], strict=False):  # one at a time, back to back
+        assert after.start >= before.end - 1e-6
+    assert 4.0 <= wall < 15.0, wall  # 4 x 100 virtual s x 0.01; nothing runs ahead of real time
+    assert slots[-1].end == pytest.approx(400.0, rel=0.1)

@@ -18,7 +18,8 @@ sequence length among them, are matched against each trial's configuration.
 Time runs on a virtual clock: a submitted trial holds its GPUs from the clock's current time for
 its duration (recorded in the table's ``wall_seconds`` or ``train_runtime`` column, or simulated
 from the study's ``launcher.durations``, see :class:`~explorer.spec.DurationSpec`), and ``wait``
-moves the clock to the next completion. Nothing sleeps.
+moves the clock to the next completion. Nothing sleeps, unless ``durations.time_scale`` asks for
+the replay to be paced in real time.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import heapq
 import math
 import random
 import statistics
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -294,13 +296,22 @@ class ReplayLauncher:
         self.total_gpus = total_gpus
         self.durations = durations
         self.clock = 0.0
-        """Virtual seconds since the launcher was created."""
+        """Virtual seconds since the launcher was created (started, when paced in real time)."""
+        self._scale = durations.time_scale if durations is not None else 0.0
+        self._t0 = time.monotonic()
         self.run_id = new_run_id()
         self._held: list[_Held] = []  # a heap, soonest end first
         self._seq = 0
 
     def start(self) -> None:
-        """Nothing to start."""
+        """Nothing to start (a paced replay's clock starts now)."""
+        self._t0 = time.monotonic() - self.clock * self._scale
+
+    def _now(self) -> float:
+        """The virtual time: real time since start over the scale when paced, else the clock."""
+        if not self._scale:
+            return self.clock
+        return max(self.clock, (time.monotonic() - self._t0) / self._scale)
 
     def shutdown(self) -> None:
         self._held.clear()
@@ -337,16 +348,28 @@ class ReplayLauncher:
                 f"trial {job.trial_number} needs {gpus} GPUs; {self.gpus_in_use} of {self.total_gpus} are held"
             )
         measurement = self.table.measurement(job.config)
+        self.clock = self._now()
         end = self.clock + self.duration(job.trial_number, measurement)
         self._seq += 1
         heapq.heappush(self._held, _Held(end, self._seq, self.clock, job.trial_number, gpus, measurement))
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
-        """Advance the clock to the next completion; the trials that end then (``timeout_s`` is
-        not used: virtual time never waits)."""
+        """Advance the clock to the next completion; the trials that end then.
+
+        ``timeout_s`` is used only when paced in real time: the wait ends after that long (with
+        no trials, if none ended by then); virtual time never waits.
+        """
         if not self._held:
             return []
-        self.clock = self._held[0].end
+        if self._scale:
+            ahead = (self._held[0].end - self._now()) * self._scale
+            if ahead > 0:
+                time.sleep(min(ahead, timeout_s))
+            now = self._now()
+            if self._held[0].end > now:
+                self.clock = now
+                return []
+        self.clock = max(self.clock, self._held[0].end)
         done: list[tuple[int, Measurement]] = []
         while self._held and self._held[0].end <= self.clock:
             held = heapq.heappop(self._held)

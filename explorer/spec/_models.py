@@ -26,6 +26,7 @@ Int = Annotated[int, Field(strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0, strict=True)]
+NonNegativeFloat = Annotated[float, Field(ge=0, strict=True)]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # ado's synthetic dataset ids (seed 001): entries x minimum tokens per entry.
@@ -261,6 +262,11 @@ class DurationSpec(_Spec):
     """Seed of the jitter."""
     use_recorded: bool = True
     """Take a row's recorded ``wall_seconds`` (else ``train_runtime``) where it has one."""
+    time_scale: NonNegativeFloat = 0.0
+    """Real seconds per virtual second. ``0`` (the default): nothing sleeps, the clock jumps to
+    the next completion. A positive scale paces the replay in real time (``0.01``: a 300 s trial
+    holds its GPUs for 3 s), so that status readers, a second driver or a signal meet a study
+    that is really running."""
 
 
 class LauncherSpec(_Spec):
