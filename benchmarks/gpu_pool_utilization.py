@@ -74,7 +74,7 @@ def run_one(
         storage: instead of ``storage_url`` (the test reruns a study in memory).
     """
     study_file = variant(loaded, schedule, seed, storage_url)
-    result = optimize(study_file, printer=lambda _: None, storage=storage)
+    result = optimize(study_file, printer=lambda _: None, storage=storage, write_ahead=False)
     stored = open_study(study_file, create=False, storage=storage)
     trials = stored.get_trials(deepcopy=False)
     used = study_utilization(stored)

@@ -65,7 +65,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         url = args.storage or f"sqlite:///{tmp}/overhead.db"
         spec = loaded.spec.model_copy(update={"n_trials": args.n_trials})
-        run = dataclasses.replace(loaded, spec=spec, storage_url=url)
+        run = dataclasses.replace(loaded, spec=spec, storage_url=url, output_dir=Path(tmp))
         launcher = TimedLauncher(launcher_for(run, output_dir=Path(tmp)))
         started = time.perf_counter()
         result = optimize(run, printer=lambda _: None, launcher=launcher)  # type: ignore[arg-type]

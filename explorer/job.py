@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from explorer.fault import InjectedFault
 from explorer.spec import LoadedStudy, MeasurementSpec, ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 
@@ -24,6 +25,8 @@ class TrialJob:
     """Resolved local model directory or hub id (``None`` for an architecture)."""
     dataset_path: str | None = None
     """Resolved JSONL path (``None`` for synthetic data)."""
+    fault: InjectedFault | None = None
+    """A fault injected into this attempt (a study's ``faults:``; :mod:`explorer.fault`)."""
 
     @classmethod
     def for_study(
@@ -33,6 +36,7 @@ class TrialJob:
         *,
         trial_number: int,
         resources: ResourcesSpec | None = None,
+        fault: InjectedFault | None = None,
     ) -> TrialJob:
         """The job that runs ``config`` on ``loaded``'s workload (optionally on other resources)."""
         spec = loaded.spec
@@ -44,6 +48,7 @@ class TrialJob:
             resources=resources or spec.resources,
             model_path=loaded.model_path,
             dataset_path=str(loaded.dataset_path) if loaded.dataset_path else None,
+            fault=fault,
         )
 
     def to_json(self) -> str:
@@ -57,6 +62,7 @@ class TrialJob:
                 "resources": self.resources.model_dump(mode="json"),
                 "model_path": self.model_path,
                 "dataset_path": self.dataset_path,
+                "fault": self.fault.to_dict() if self.fault else None,
             }
         )
 
@@ -71,4 +77,5 @@ class TrialJob:
             resources=ResourcesSpec.model_validate(data["resources"]),
             model_path=data["model_path"],
             dataset_path=data["dataset_path"],
+            fault=InjectedFault.from_dict(data["fault"]) if data.get("fault") else None,
         )

@@ -113,7 +113,7 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
-    optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage)
+    optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False)
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     counted = [t for t in sorted(trials, key=lambda t: t.number) if counts(t)]
     return SearchRun(

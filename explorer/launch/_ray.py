@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
 from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
@@ -106,6 +107,8 @@ class _Running:
     ref: Any
     started: float
     """Unix time when the actor was asked for (its GPUs are the trial's from then on)."""
+    fault: InjectedFault | None = None
+    """An injected launcher fault still to strike (``actor_kill``, ``node_restart``)."""
 
 
 class RayLauncher:
@@ -233,7 +236,63 @@ class RayLauncher:
         run: Any = actor.run
         zygotes = self._zygote_prefix if self.warm_start else None
         ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s, zygotes)
-        self._running[ref] = _Running(job.trial_number, n, actor, ref, started=time.time())
+        fault = job.fault if job.fault is not None and job.fault.kind in LAUNCHER_FAULTS else None
+        self._running[ref] = _Running(job.trial_number, n, actor, ref, started=time.time(), fault=fault)
+
+    def _strike_faults(self) -> list[tuple[int, Measurement]]:
+        """Injected launcher faults that are due: kill an actor, or restart the local Ray.
+
+        Returns:
+            The trials a node restart lost (an actor kill shows up in :meth:`wait` as the actor's
+            death, like any other).
+        """
+        import ray
+
+        now = time.time()
+        for running in list(self._running.values()):
+            fault = running.fault
+            if fault is None or now - running.started < fault.kill_after_s:
+                continue
+            running.fault = None
+            if fault.kind == "actor_kill":
+                ray.kill(running.actor, no_restart=True)
+            elif fault.kind == "node_restart":
+                return self._restart_node()
+        return []
+
+    def _restart_node(self) -> list[tuple[int, Measurement]]:
+        """Shut the local Ray down and start it again; every running trial is lost (FAILED)."""
+        import ray
+
+        if not self._started_ray:
+            raise RuntimeError("node_restart needs the Ray this launcher started (no launcher.address)")
+        lost = [
+            (
+                running.trial_number,
+                Measurement(
+                    outcome=Outcome.FAILED, error="Ray: the node restarted; every trial on it was lost"
+                ),
+                running,
+            )
+            for running in self._running.values()
+        ]
+        self._running.clear()
+        self._zygote_hosts.clear()
+        ray.shutdown()
+        self._started_ray = False
+        self.start()
+        return [(number, self._with_slot(m, running)) for number, m, running in lost]
+
+    def _with_slot(self, measurement: Measurement, running: _Running) -> Measurement:
+        slot = GpuSlot(
+            run=self.run_id,
+            clock="wall",
+            pool=self.total_gpus,
+            gpus=running.gpus,
+            start=running.started,
+            end=max(time.time(), running.started),
+        )
+        return dataclasses.replace(measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()})
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
         """Measurements of the trials that finished within ``timeout_s`` (possibly none)."""
@@ -242,6 +301,9 @@ class RayLauncher:
 
         if not self._running:
             return []
+        lost = self._strike_faults()
+        if lost:
+            return lost
         ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout_s)
         done: list[tuple[int, Measurement]] = []
         for ref in ready:
@@ -252,16 +314,5 @@ class RayLauncher:
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 measurement = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}")
             ray.kill(running.actor, no_restart=True)
-            slot = GpuSlot(
-                run=self.run_id,
-                clock="wall",
-                pool=self.total_gpus,
-                gpus=running.gpus,
-                start=running.started,
-                end=max(time.time(), running.started),
-            )
-            measurement = dataclasses.replace(
-                measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()}
-            )
-            done.append((running.trial_number, measurement))
+            done.append((running.trial_number, self._with_slot(measurement, running)))
         return done

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.errors import SpecError
+from explorer.fault import CRASH_EXIT_STATUS, InjectedFault
 from explorer.job import TrialJob
 from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome, Properties
@@ -280,6 +281,28 @@ class _Held:
     trial_number: int = dataclasses.field(compare=False)
     gpus: int = dataclasses.field(compare=False)
     measurement: Measurement = dataclasses.field(compare=False)
+    restarts_node: bool = dataclasses.field(default=False, compare=False)
+    """An injected ``node_restart``: when it ends, every trial still held fails with it."""
+
+
+def simulated_fault(fault: InjectedFault, measurement: Measurement, *, timeout_s: float) -> Measurement:
+    """What an injected fault makes of a replayed trial (its table answer is thrown away).
+
+    The error says that the fault was simulated; the text after that is what the Ray launcher
+    reports for the real fault. Durations come from the outcome (``oom_s``, ``failed_s``), except
+    ``hang`` (the trial timeout) and the launcher faults (``kill_after_s``), set by the caller.
+    """
+    prefix = f"injected fault {fault.kind!r} (simulated): "
+    if fault.kind == "oom":
+        return Measurement(outcome=Outcome.OOM, error=prefix + "DefaultCPUAllocator: can't allocate memory")
+    text = {
+        "crash": f"training processes ended with exit status {CRASH_EXIT_STATUS} and reported nothing",
+        "segfault": "training processes ended with killed by signal 11 and reported nothing",
+        "hang": f"timed out after {timeout_s:.0f} s; the process group was killed",
+        "actor_kill": "Ray: The actor died unexpectedly before finishing this task.",
+        "node_restart": "Ray: the node restarted; every trial on it was lost",
+    }[fault.kind]
+    return Measurement(outcome=Outcome.FAILED, error=prefix + text, extra=dict(measurement.extra))
 
 
 class ReplayLauncher:
@@ -349,9 +372,26 @@ class ReplayLauncher:
             )
         measurement = self.table.measurement(job.config)
         self.clock = self._now()
-        end = self.clock + self.duration(job.trial_number, measurement)
+        fault = job.fault
+        if fault is not None:
+            measurement = simulated_fault(fault, measurement, timeout_s=job.measurement.trial_timeout_s)
+        if fault is None or fault.kind in ("oom", "crash", "segfault"):
+            took = self.duration(job.trial_number, measurement)
+        else:
+            took = job.measurement.trial_timeout_s if fault.kind == "hang" else fault.kill_after_s
         self._seq += 1
-        heapq.heappush(self._held, _Held(end, self._seq, self.clock, job.trial_number, gpus, measurement))
+        heapq.heappush(
+            self._held,
+            _Held(
+                self.clock + took,
+                self._seq,
+                self.clock,
+                job.trial_number,
+                gpus,
+                measurement,
+                restarts_node=fault is not None and fault.kind == "node_restart",
+            ),
+        )
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
         """Advance the clock to the next completion; the trials that end then.
@@ -371,8 +411,17 @@ class ReplayLauncher:
                 return []
         self.clock = max(self.clock, self._held[0].end)
         done: list[tuple[int, Measurement]] = []
+        ended: list[_Held] = []
         while self._held and self._held[0].end <= self.clock:
-            held = heapq.heappop(self._held)
+            ended.append(heapq.heappop(self._held))
+            if ended[-1].restarts_node:  # the node went down: everything it ran is lost
+                for lost in self._held:
+                    error = "Ray: the node restarted; every trial on it was lost (simulated)"
+                    lost.measurement = Measurement(outcome=Outcome.FAILED, error=error)
+                    lost.end = self.clock
+                ended.extend(sorted(self._held))
+                self._held.clear()
+        for held in ended:
             slot = GpuSlot(
                 run=self.run_id,
                 clock="virtual",

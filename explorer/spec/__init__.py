@@ -2,8 +2,11 @@
 
 from explorer.spec._load import LoadedStudy, load_study, read_yaml
 from explorer.spec._models import (
+    FAULT_KINDS,
     DatasetSpec,
     DurationSpec,
+    FaultKind,
+    FaultSpec,
     LauncherSpec,
     MeasurementSpec,
     MethodSpec,
@@ -16,7 +19,10 @@ from explorer.spec._models import (
 
 __all__ = [
     "DatasetSpec",
+    "FAULT_KINDS",
     "DurationSpec",
+    "FaultKind",
+    "FaultSpec",
     "LauncherSpec",
     "LoadedStudy",
     "MeasurementSpec",

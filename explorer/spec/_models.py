@@ -9,7 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 __all__ = [
     "DatasetSpec",
+    "FAULT_KINDS",
     "DurationSpec",
+    "FaultKind",
+    "FaultSpec",
     "LauncherSpec",
     "MeasurementSpec",
     "MethodSpec",
@@ -323,6 +326,38 @@ class SamplerSpec(_Spec):
     """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood."""
 
 
+FaultKind = Literal["oom", "crash", "segfault", "hang", "actor_kill", "node_restart"]
+FAULT_KINDS: tuple[FaultKind, ...] = ("oom", "crash", "segfault", "hang", "actor_kill", "node_restart")
+
+
+class FaultSpec(_Spec):
+    """Fault injection, to test explorer itself (a chaos run); leave it out of real studies.
+
+    Whether a trial gets a fault, and which, is drawn from ``seed`` and the trial's number, so a
+    rerun injects the same faults. The faults are real on the Ray launcher and simulated on the
+    replay launcher (see :mod:`explorer.fault`):
+
+    * ``oom``: every rank allocates far more than the device holds (a real allocator failure);
+    * ``crash``: rank 0 exits with status 17; ``segfault``: rank 0 dereferences a null pointer;
+    * ``hang``: every rank sleeps until the trial timeout kills the process group;
+    * ``actor_kill``: the launcher kills the trial's Ray actor ``kill_after_s`` after it started;
+    * ``node_restart``: ``kill_after_s`` after the trial started, the launcher shuts its local
+      Ray down and starts it again; every trial running then is lost.
+    """
+
+    rate: float = Field(ge=0.0, le=1.0, strict=True)
+    """Share of first attempts given a fault."""
+    retry_rate: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
+    """Share of retries (attempt 2 and later) given a fault, so that some run out of retries."""
+    kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS), min_length=1)
+    """The faults to draw from, each equally likely."""
+    seed: Int = 0
+    at_step: NonNegativeInt = 1
+    """Worker faults strike as this optimizer step begins (0: the first), after the model is built."""
+    kill_after_s: PositiveFloat = 2.0
+    """``actor_kill``/``node_restart``: seconds after the trial started (virtual seconds on replay)."""
+
+
 class StudySpec(_Spec):
     """A whole study file."""
 
@@ -367,6 +402,8 @@ class StudySpec(_Spec):
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     launcher: LauncherSpec = Field(default_factory=LauncherSpec)
+    faults: FaultSpec | None = None
+    """Fault injection, for testing explorer (see :class:`FaultSpec`)."""
     search_space: str | dict[str, Any]
     """A file under ``search_spaces/`` (relative to the study file) or the domains inline."""
 
@@ -377,3 +414,11 @@ class StudySpec(_Spec):
         if not isinstance(value, (str, dict)):
             raise ValueError("give a search-space file name or a mapping with 'parameters'")
         return value
+
+    @model_validator(mode="after")
+    def _check_faults(self) -> StudySpec:
+        if self.faults is not None and "node_restart" in self.faults.kinds and self.launcher.address:
+            raise ValueError(
+                "faults: node_restart restarts the local Ray; it cannot restart a cluster at launcher.address"
+            )
+        return self

@@ -11,7 +11,7 @@ from explorer.study._record import (
     record_outcome,
     status_of,
 )
-from explorer.study._recover import reclaim_interrupted
+from explorer.study._recover import Reclaimed, reclaim_interrupted
 from explorer.study._storage import mask_url, open_storage
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
@@ -32,6 +32,7 @@ __all__ = [
     "open_existing_study",
     "open_study",
     "optimize",
+    "Reclaimed",
     "reclaim_interrupted",
     "record_outcome",
     "slots_of",

@@ -8,10 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from explorer.fault import pick_fault
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
 from explorer.study._inference import inferred_oom
+from explorer.study._journal import read_ahead
+from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
 from explorer.study._objectives import SECOND_OBJECTIVES, Direction, best_feasible, objective_value
@@ -208,6 +211,7 @@ def optimize(
     sampler: optuna.samplers.BaseSampler | None = None,
     storage: optuna.storages.BaseStorage | None = None,
     progress: ProgressHook | None = None,
+    write_ahead: bool = True,
 ) -> OptimizeResult:
     """Run the study until ``n_trials`` trials count (resuming whatever is already stored).
 
@@ -215,6 +219,9 @@ def optimize(
         sampler: instead of the study file's.
         storage: instead of the study's URL.
         progress: told the loop's state each time round (the CLI's live footer on a terminal).
+        write_ahead: write each finished trial's measurement under ``output_dir`` before it is
+            recorded, and recover such files on resume (:mod:`explorer.study._journal`);
+            ``False`` for throw-away in-memory studies (``benchmark-search``).
     """
     from explorer.launch import launcher_for
     from explorer.store import MeasurementStore, StoreScope
@@ -225,11 +232,20 @@ def optimize(
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
     scope = StoreScope.for_study(loaded) if store is not None else None
-    reclaimed, left = reclaim_interrupted(study, force=reclaim_all)
-    if reclaimed:
-        printer(f"resume: re-enqueued interrupted trial(s) {reclaimed}")
-    if left:
-        printer(f"note: trial(s) {left} are RUNNING under another live explorer process; left alone")
+    journal = loaded.output_dir if write_ahead else None
+    reclaimed = reclaim_interrupted(
+        study,
+        force=reclaim_all,
+        recover=(lambda t: read_ahead(journal, spec.name, t)) if journal is not None else None,
+    )
+    if reclaimed.recovered:
+        printer(f"resume: recorded trial(s) {reclaimed.recovered} from their measurement on disk")
+    if reclaimed.requeued:
+        printer(f"resume: re-enqueued interrupted trial(s) {reclaimed.requeued}")
+    if reclaimed.left:
+        printer(
+            f"note: trial(s) {reclaimed.left} are RUNNING under another live explorer process; left alone"
+        )
     if spec.sampler.kind == "grid":
         added = _enqueue_grid(study, loaded)
         if added:
@@ -274,9 +290,15 @@ def optimize(
                 if not launcher_started:
                     launcher.start()
                     launcher_started = True
-                launcher.submit(TrialJob.for_study(loaded, flight.config, trial_number=flight.trial.number))
+                fault = pick_fault(spec.faults, trial_number=flight.trial.number, attempt=flight.attempt)
+                if fault is not None:
+                    set_user_attrs(flight.trial, {"injected_fault": fault.kind})
+                launcher.submit(
+                    TrialJob.for_study(loaded, flight.config, trial_number=flight.trial.number, fault=fault)
+                )
                 in_flight[flight.trial.number] = flight
-                printer(f"        trial {flight.trial.number} started: {describe(flight.config)}")
+                injected = f" (injected fault: {fault.kind})" if fault is not None else ""
+                printer(f"        trial {flight.trial.number} started: {describe(flight.config)}{injected}")
                 continue
             # nothing waiting can start: ask for another while GPUs are free (or nothing waits yet)
             wanted = not pending or (
@@ -354,6 +376,8 @@ def optimize(
                 break
             for number, measurement in launcher.wait(timeout_s=1.0):
                 flight = in_flight.pop(number)
+                if journal is not None:
+                    write_measurement(journal, spec.name, frozen(study, flight.trial), measurement)
                 retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
                 status = record_outcome(study, flight.trial, measurement, retry=retry)
                 if status in ("ok", "oom"):

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from explorer.fault import WORKER_FAULTS
 from explorer.flops import FlopModel, peak_flops_for
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome, Properties
@@ -186,7 +187,12 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         log = StepLog()
         m = job.measurement
         clock = StepClock(log, device=device, spec=m)
-        trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=[clock])
+        callbacks: list[Any] = [clock]
+        if job.fault is not None and job.fault.kind in WORKER_FAULTS:
+            from explorer.worker._fault import FaultCallback
+
+            callbacks.append(FaultCallback(job.fault, device=device))
+        trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=callbacks)
         trainer.step_log = log
         rank0 = int(os.environ.get("RANK", "0")) == 0
         nvml = load_nvml() if rank0 else None

@@ -1,0 +1,81 @@
+"""Write-ahead of finished trials: a measurement reaches disk before it reaches the storage.
+
+The driver writes ``<output_dir>/trial-NNNNN/measurement.json`` for every trial a launcher
+hands back, then records it in Optuna. A driver killed between the two leaves the trial
+RUNNING with its measurement on disk; the resume records it from there (``recovered``) instead
+of running the configuration a second time. A Ray trial whose worker finished (``result.json``)
+while the driver was already dead is recovered the same way.
+
+Each file names the study and the trial's storage id and start time, so a stale folder (a study
+deleted and created again under the same name) is never read as this trial's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.measurement import Measurement, Outcome
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["JOURNAL_FILE", "read_ahead", "trial_dir", "write_ahead"]
+
+JOURNAL_FILE = "measurement.json"
+
+
+def trial_dir(output_dir: Path, trial_number: int) -> Path:
+    """The folder of one trial's files (the Ray launcher's work directory too)."""
+    return output_dir / f"trial-{trial_number:05d}"
+
+
+def _identity(study_name: str, trial: optuna.trial.FrozenTrial) -> dict[str, object]:
+    start = trial.datetime_start.isoformat() if trial.datetime_start else None
+    return {"study": study_name, "trial": trial.number, "trial_id": trial._trial_id, "start": start}
+
+
+def write_ahead(
+    output_dir: Path, study_name: str, trial: optuna.trial.FrozenTrial, measurement: Measurement
+) -> Path:
+    """Write ``measurement`` for ``trial`` atomically (a reader sees all of it or nothing)."""
+    folder = trial_dir(output_dir, trial.number)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / JOURNAL_FILE
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    record = {**_identity(study_name, trial), "measurement": json.loads(measurement.to_json())}
+    tmp.write_text(json.dumps(record))
+    tmp.replace(path)
+    return path
+
+
+def read_ahead(output_dir: Path, study_name: str, trial: optuna.trial.FrozenTrial) -> Measurement | None:
+    """The finished measurement of RUNNING ``trial`` left on disk, or ``None``.
+
+    Only ok and oom are returned: a failed attempt is re-run anyway.
+    """
+    folder = trial_dir(output_dir, trial.number)
+    path = folder / JOURNAL_FILE
+    measurement: Measurement | None = None
+    if path.is_file():
+        record = json.loads(path.read_text())
+        if {k: record.get(k) for k in ("study", "trial", "trial_id", "start")} != _identity(
+            study_name, trial
+        ):
+            return None
+        measurement = Measurement.from_json(json.dumps(record["measurement"]))
+    elif (folder / "result.json").is_file() and _written_after_start(folder / "result.json", trial):
+        from explorer.launch import collect
+
+        measurement = collect(folder, returncode=0, timed_out=None, wall_seconds=0.0, log_tail="")
+    if measurement is None or measurement.outcome not in (Outcome.OK, Outcome.OOM):
+        return None
+    return measurement
+
+
+def _written_after_start(path: Path, trial: optuna.trial.FrozenTrial) -> bool:
+    if trial.datetime_start is None:
+        return False
+    return path.stat().st_mtime >= trial.datetime_start.timestamp()
