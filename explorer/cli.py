@@ -139,6 +139,19 @@ def _parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=20, metavar="N", help="measured steps the printed commands train for"
     )
 
+    aud = sub.add_parser(
+        "audit",
+        help="check that every trial is accounted for (after faults, kills and resumes)",
+        description="Check the study's accounting: every counted trial feasible, infeasible with a "
+        "reason, or failed with its error after its retries; every other trial a retry, an interrupted "
+        "attempt or a reused answer that leads to one; nothing RUNNING or left waiting; no measurement "
+        "written ahead on disk missing from the storage; no configuration measured twice; n_trials "
+        "honoured; injected faults ended as defined. Exit status 1 if anything is wrong.",
+    )
+    aud.add_argument("study", metavar="STUDY.yaml")
+    aud.add_argument("--storage", metavar="URL")
+    aud.add_argument("--json", action="store_true", help="print the audit as JSON")
+
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -169,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "best":
             return _best(args)
+        if args.command == "audit":
+            return _audit(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -342,6 +357,23 @@ def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
     return loaded, open_existing_study(loaded)
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import json
+
+    from explorer.study import audit
+
+    loaded, study = _open_existing(args)
+    spec = loaded.spec
+    found = audit(
+        study, n_trials=spec.n_trials, max_retries=spec.launcher.max_retries, output_dir=loaded.output_dir
+    )
+    if args.json:
+        print(json.dumps(found.to_dict(), indent=2))
+    else:
+        print(found.describe())
+    return 0 if found.ok else 1
 
 
 def _utilization(args: argparse.Namespace) -> int:

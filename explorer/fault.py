@@ -62,6 +62,10 @@ def pick_fault(spec: FaultSpec | None, *, trial_number: int, attempt: int) -> In
     """
     if spec is None:
         return None
+    if attempt == 0 and trial_number in spec.schedule:
+        return InjectedFault(
+            kind=spec.schedule[trial_number], at_step=spec.at_step, kill_after_s=spec.kill_after_s
+        )
     rng = random.Random(f"fault:{spec.seed}:{trial_number}")
     rate = spec.rate if attempt == 0 else spec.retry_rate
     if rng.random() >= rate:

@@ -345,8 +345,10 @@ class FaultSpec(_Spec):
       Ray down and starts it again; every trial running then is lost.
     """
 
-    rate: float = Field(ge=0.0, le=1.0, strict=True)
+    rate: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
     """Share of first attempts given a fault."""
+    schedule: dict[NonNegativeInt, FaultKind] = Field(default_factory=dict)
+    """Trial number -> the fault its first attempt gets, whatever ``rate`` draws (a test's plan)."""
     retry_rate: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
     """Share of retries (attempt 2 and later) given a fault, so that some run out of retries."""
     kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS), min_length=1)

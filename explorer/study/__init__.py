@@ -1,5 +1,6 @@
 """The persistent Optuna study: storage, sampler, recording outcomes, resume, and the optimize loop."""
 
+from explorer.study._audit import Audit, audit
 from explorer.study._inference import fits_by_dominance, inferred_oom, memory_dominates
 from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
@@ -16,11 +17,13 @@ from explorer.study._storage import mask_url, open_storage
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
+    "Audit",
     "COUNTED",
     "OBJECTIVE",
     "OptimizeResult",
     "Utilization",
     "answered_without_running",
+    "audit",
     "config_of",
     "counted_trials",
     "describe",

@@ -399,6 +399,10 @@ def optimize(
                         printer(f"        trial {twin.trial.number} {status}: reused trial {number}")
                 elif same and retry:  # the first proposal of it again runs as the retry
                     same[0].attempt = flight.attempt + 1
+                    set_user_attrs(
+                        same[0].trial,
+                        {"attempt": same[0].attempt, "requeued_from": number, "requeued_why": "failed"},
+                    )
                     pending.append(same[0])
                     if same[1:]:
                         twins[flight.config.key()] = same[1:]

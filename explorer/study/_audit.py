@@ -1,0 +1,197 @@
+"""The accounting invariant: after any faults and a resume, every trial is in exactly one state.
+
+A study's *trials* are its configurations' final answers (what counts towards ``n_trials``):
+
+* **feasible**: measured ok;
+* **infeasible**, with a reason: out of memory (measured, or inferred from a measured OOM) or
+  invalid for the resources;
+* **failed**, with its error, after its retries ran out.
+
+Every other Optuna trial is bookkeeping that must lead to one of those: an attempt that failed
+and was retried (``retry``), or was cut short by the driver's death or Ctrl-C (``interrupted``),
+leads to the trial re-enqueued from it (``requeued_from``); a repeated proposal answered from an
+earlier trial (``reused_from``) or inferred (``inferred_from``) names its source.
+
+:func:`audit` checks all of it against the storage and, for lost measurements, against the
+write-ahead files on disk (:mod:`explorer.study._journal`): no trial RUNNING or left waiting, no
+measurement on disk missing from the storage, no configuration measured twice, ``n_trials``
+honoured, and every injected fault ended the way :func:`explorer.fault.expected_status` says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from explorer.fault import expected_status
+from explorer.study._journal import JOURNAL_FILE
+from explorer.study._objectives import objective_value
+from explorer.study._record import counts, status_of
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["Audit", "audit"]
+
+FINAL = {"ok": "feasible", "oom": "infeasible", "invalid": "infeasible", "failed": "failed"}
+
+
+@dataclass
+class Audit:
+    """What :func:`audit` found; ``ok`` when nothing is wrong."""
+
+    n_trials: int
+    counted: int = 0
+    states: Counter[str] = field(default_factory=Counter)
+    """Counted trials by final state: feasible, infeasible, failed."""
+    bookkeeping: Counter[str] = field(default_factory=Counter)
+    """Other Optuna trials: retry, interrupted, reused, inferred, recovered (a counted trial
+    recorded from disk on resume is also counted under its final state)."""
+    faults: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    """Injected fault kind -> status of the attempts it was given."""
+    measurements_on_disk: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """A few lines for people."""
+        states = ", ".join(f"{self.states[k]} {k}" for k in ("feasible", "infeasible", "failed"))
+        other = ", ".join(f"{n} {k}" for k, n in sorted(self.bookkeeping.items())) or "none"
+        lines = [
+            f"trials: {self.counted} counted of n_trials {self.n_trials}: {states}",
+            f"other records: {other}",
+            f"measurements written ahead on disk: {self.measurements_on_disk}",
+        ]
+        for kind, statuses in sorted(self.faults.items()):
+            lines.append(f"injected {kind}: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
+        lines.append("accounting: ok" if self.ok else f"accounting: {len(self.problems)} problem(s)")
+        lines.extend(f"  {p}" for p in self.problems)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "n_trials": self.n_trials,
+            "counted": self.counted,
+            "states": dict(self.states),
+            "bookkeeping": dict(self.bookkeeping),
+            "faults": {k: dict(v) for k, v in sorted(self.faults.items())},
+            "measurements_on_disk": self.measurements_on_disk,
+            "problems": list(self.problems),
+        }
+
+
+def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: Path | None) -> Audit:
+    """Check the accounting invariant of ``study`` (see the module docstring).
+
+    Args:
+        n_trials: the study file's ``n_trials``.
+        max_retries: the study file's ``launcher.max_retries``.
+        output_dir: where the write-ahead files are (``None``: skip the lost-measurement check).
+    """
+    import optuna
+
+    State = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    by_number = {t.number: t for t in trials}
+    successors = {t.user_attrs["requeued_from"]: t for t in trials if "requeued_from" in t.user_attrs}
+    out = Audit(n_trials=n_trials)
+    problem = out.problems.append
+    measured: dict[str, list[int]] = defaultdict(list)
+
+    for t in trials:
+        status = status_of(t)
+        if t.state is State.RUNNING:
+            problem(f"trial {t.number}: stuck RUNNING")
+            continue
+        if t.state is State.WAITING:
+            problem(f"trial {t.number}: enqueued but never run")
+            continue
+        if "injected_fault" in t.user_attrs:
+            kind = str(t.user_attrs["injected_fault"])
+            out.faults[kind][str(status)] += 1
+            if status != "interrupted" and not _fault_ended_as_expected(kind, t, status, max_retries):
+                problem(f"trial {t.number}: injected {kind} ended as {status!r}")
+        if counts(t):
+            out.counted += 1
+            out.states[FINAL[str(status)]] += 1
+            if "recovered" in t.user_attrs:
+                out.bookkeeping["recovered"] += 1
+            if status in ("oom", "invalid") and not t.user_attrs.get("error"):
+                problem(f"trial {t.number}: infeasible without a reason")
+            if status == "failed" and not t.user_attrs.get("error"):
+                problem(f"trial {t.number}: failed without an error")
+            if status == "failed" and int(t.user_attrs.get("attempt", 0)) < max_retries:
+                problem(f"trial {t.number}: failed with retries left")
+            if status in ("ok", "oom") and "reused_from_store" not in t.user_attrs:
+                measured[str(t.user_attrs.get("config_key"))].append(t.number)
+            continue
+        if "reused_from" in t.user_attrs or "inferred_from" in t.user_attrs:
+            kind = "reused" if "reused_from" in t.user_attrs else "inferred"
+            out.bookkeeping[kind] += 1
+            source = int(t.user_attrs.get("reused_from", t.user_attrs.get("inferred_from", -1)))
+            if source not in by_number:
+                problem(f"trial {t.number}: answered from trial {source}, which does not exist")
+            continue
+        if status in ("retry", "interrupted"):
+            out.bookkeeping[status] += 1
+            if t.number not in successors:
+                problem(f"trial {t.number}: {status} but never re-enqueued")
+            continue
+        problem(f"trial {t.number}: state {t.state.name}, status {status!r}: not accounted for")
+
+    for key, numbers in measured.items():
+        if len(numbers) > 1:
+            problem(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
+    if out.counted != n_trials:
+        problem(f"{out.counted} trials counted, n_trials is {n_trials}")
+    if output_dir is not None:
+        _check_journal(output_dir, study.study_name, by_number, out)
+    return out
+
+
+def _fault_ended_as_expected(
+    kind: str, t: optuna.trial.FrozenTrial, status: str | None, max_retries: int
+) -> bool:
+    retried = int(t.user_attrs.get("attempt", 0)) < max_retries
+    if status == "oom" and kind != "oom":  # an OOM of the configuration itself struck first
+        return "injected" not in str(t.user_attrs.get("error", ""))
+    return status == expected_status(kind, retried=retried)
+
+
+def _check_journal(
+    output_dir: Path, study_name: str, by_number: dict[int, optuna.trial.FrozenTrial], out: Audit
+) -> None:
+    """Every measurement written ahead on disk is in the storage, with the same outcome and value."""
+    for path in sorted(output_dir.glob(f"trial-*/{JOURNAL_FILE}")):
+        record = json.loads(path.read_text())
+        if record.get("study") != study_name:
+            continue
+        out.measurements_on_disk += 1
+        number = int(record["trial"])
+        t = by_number.get(number)
+        outcome = record["measurement"]["outcome"]
+        if t is None or t._trial_id != record.get("trial_id"):
+            out.problems.append(f"lost: {path} has no trial {number} in the storage")
+            continue
+        status = status_of(t)
+        if outcome == "failed":
+            if status not in ("retry", "failed"):
+                out.problems.append(f"lost: trial {number} failed on disk but is {status!r} in the storage")
+            continue
+        if status != outcome:
+            out.problems.append(f"lost: trial {number} is {outcome} on disk but {status!r} in the storage")
+            continue
+        properties = record["measurement"].get("properties") or {}
+        on_disk = properties.get("dataset_tokens_per_second_per_gpu")
+        stored = objective_value(t)
+        if outcome == "ok" and (
+            stored is None or on_disk is None or abs(stored - float(on_disk)) > 1e-6 * abs(stored)
+        ):
+            out.problems.append(f"lost: trial {number} measured {on_disk} on disk, {stored} in the storage")
