@@ -189,6 +189,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `explorer status ... | head`: the reader has all it wanted
+        sys.stderr.close()
+        return 0
     raise AssertionError(args.command)
 
 

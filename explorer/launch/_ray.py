@@ -312,7 +312,9 @@ class RayLauncher:
                 measurement = ray.get(ref)
             except RayError as exc:  # the actor or its node died
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                measurement = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}")
+                measurement = Measurement(
+                    outcome=Outcome.FAILED, error=f"Ray: {first}", wall_seconds=time.time() - running.started
+                )
             ray.kill(running.actor, no_restart=True)
             done.append((running.trial_number, self._with_slot(measurement, running)))
         return done
