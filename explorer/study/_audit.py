@@ -9,7 +9,8 @@ A study's *trials* are its configurations' final answers (what counts towards ``
 
 Every other Optuna trial is bookkeeping that must lead to one of those: an attempt that failed
 and was retried (``retry``), or was cut short by the driver's death or Ctrl-C (``interrupted``),
-leads to the trial re-enqueued from it (``requeued_from``); a repeated proposal answered from an
+leads to the trial re-enqueued from it (``requeued_from``); a trial asked by a driver that died
+before starting it is ``abandoned`` (and enqueued again if it was an enqueued one); a repeated proposal answered from an
 earlier trial (``reused_from``) or inferred (``inferred_from``) names its source.
 
 :func:`audit` checks all of it against the storage and, for lost measurements, against the
@@ -138,6 +139,11 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
             source = int(t.user_attrs.get("reused_from", t.user_attrs.get("inferred_from", -1)))
             if source not in by_number:
                 problem(f"trial {t.number}: answered from trial {source}, which does not exist")
+            continue
+        if status == "abandoned":  # asked, never started; an enqueued one was enqueued again
+            out.bookkeeping[status] += 1
+            if t.system_attrs.get("fixed_params") and t.number not in successors:
+                problem(f"trial {t.number}: abandoned but its enqueued configuration was not enqueued again")
             continue
         if status in ("retry", "interrupted"):
             out.bookkeeping[status] += 1

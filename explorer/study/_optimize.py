@@ -31,7 +31,7 @@ from explorer.study._record import (
     set_user_attrs,
     status_of,
 )
-from explorer.study._recover import reclaim_interrupted, requeue
+from explorer.study._recover import reclaim_interrupted, reclaim_orphans, requeue
 from explorer.study._sampler import make_sampler
 from explorer.study._storage import mask_url, open_storage
 from explorer.trial_config import TrialConfig
@@ -47,6 +47,8 @@ __all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "o
 
 Printer = Callable[[str], None]
 MAX_REUSE_STREAK = 30
+ORPHAN_SWEEP_S = 10.0
+"""How often the loop looks for trials asked by a driver that died before starting them."""
 EXPLORE_AFTER = 1
 """With ``when_converged: explore``: after this many proposals in a row answered without running,
 the next is an unanswered configuration drawn at random."""
@@ -242,6 +244,10 @@ def optimize(
         printer(f"resume: recorded trial(s) {reclaimed.recovered} from their measurement on disk")
     if reclaimed.requeued:
         printer(f"resume: re-enqueued interrupted trial(s) {reclaimed.requeued}")
+    if reclaimed.abandoned:
+        printer(
+            f"resume: failed trial(s) {reclaimed.abandoned}, asked by a process that died before starting them"
+        )
     if reclaimed.left:
         printer(
             f"note: trial(s) {reclaimed.left} are RUNNING under another live explorer process; left alone"
@@ -268,6 +274,7 @@ def optimize(
     )
     reuse_streak = 0
     launcher_started = False
+    last_sweep = time.monotonic()
 
     def answered(streak: int, number: int, status: str, config: TrialConfig, why: str) -> int:
         """Print a proposal answered without running (reused or inferred); returns the new streak."""
@@ -282,6 +289,10 @@ def optimize(
                 progress.update(
                     done=done, total=spec.n_trials, running=len(in_flight), queued=len(pending), best=best
                 )
+            if time.monotonic() - last_sweep > ORPHAN_SWEEP_S:  # trials another driver asked, then died
+                last_sweep = time.monotonic()
+                if orphans := reclaim_orphans(study):
+                    printer(f"        failed trial(s) {orphans}: asked by an explorer process that died")
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
             room = len(in_flight) + len(pending) < spec.parallel_trials
             exhausted = reuse_streak >= MAX_REUSE_STREAK

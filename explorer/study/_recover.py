@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
     from explorer.measurement import Measurement
 
-__all__ = ["Reclaimed", "driver_alive", "reclaim_interrupted", "requeue"]
+__all__ = ["ORPHAN_AFTER_S", "Reclaimed", "driver_alive", "reclaim_interrupted", "reclaim_orphans", "requeue"]
+
+ORPHAN_AFTER_S = 3.0
+"""A RUNNING trial with no driver recorded this long after it was asked is an orphan: its driver
+records itself right after asking (milliseconds), so that driver died in between."""
 
 
 @dataclass
@@ -27,11 +31,14 @@ class Reclaimed:
     """What a resume found RUNNING (trial numbers)."""
 
     requeued: list[int] = field(default_factory=list)
-    """Failed as ``interrupted``; their configuration runs again."""
+    """Failed as ``interrupted`` (or found failed with no re-run enqueued); their configuration
+    runs again."""
     recovered: list[int] = field(default_factory=list)
     """Finished before the driver died (their measurement was on disk): recorded, not re-run."""
     left: list[int] = field(default_factory=list)
     """Left alone: their driver may be alive (another explorer process)."""
+    abandoned: list[int] = field(default_factory=list)
+    """Asked but never started: their driver died between asking and recording them."""
 
 
 def driver_alive(driver: object) -> bool | None:
@@ -70,7 +77,21 @@ def reclaim_interrupted(
     from explorer.study._record import record_outcome, set_user_attrs
 
     out = Reclaimed()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+    trials = study.get_trials(deepcopy=False)
+    followed = {t.user_attrs.get("requeued_from") for t in trials}
+    for t in trials:  # a driver killed between failing an attempt and enqueueing its re-run
+        if t.state is optuna.trial.TrialState.FAIL and t.number not in followed:
+            status = t.user_attrs.get("status")
+            if status in ("retry", "interrupted"):
+                requeue(
+                    study, t, attempt=int(t.user_attrs.get("attempt", 0)) + (status == "retry"), why=status
+                )
+                out.requeued.append(t.number)
+    for t in (t for t in trials if t.state is optuna.trial.TrialState.RUNNING):
+        if "driver" not in t.user_attrs:
+            if _abandon_orphan(study, t):
+                out.abandoned.append(t.number)
+            continue
         alive = driver_alive(t.user_attrs.get("driver"))
         if alive or (alive is None and not force):
             out.left.append(t.number)
@@ -88,3 +109,36 @@ def reclaim_interrupted(
         requeue(study, t, attempt=int(t.user_attrs.get("attempt", 0)), why="interrupted")
         out.requeued.append(t.number)
     return out
+
+
+def reclaim_orphans(study: optuna.Study) -> list[int]:
+    """Fail RUNNING trials that no driver recorded within :data:`ORPHAN_AFTER_S` (see
+    :func:`_abandon_orphan`); returns their numbers. Cheap enough to run every few seconds."""
+    import optuna
+
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    return [t.number for t in running if "driver" not in t.user_attrs and _abandon_orphan(study, t)]
+
+
+def _abandon_orphan(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
+    """Fail ``t`` as ``abandoned`` if it is an orphan; an enqueued one (a retry, a resume, a
+    proposal) is enqueued again with the same attributes, so that its configuration still runs."""
+    import datetime
+
+    import optuna
+
+    started = t.datetime_start
+    if started is None or (datetime.datetime.now() - started).total_seconds() < ORPHAN_AFTER_S:
+        return False
+    handle = optuna.Trial(study, t._trial_id)
+    handle.set_user_attr("status", "abandoned")
+    handle.set_user_attr(
+        "error", "asked but never started: the explorer process that asked for it died first"
+    )
+    study.tell(t.number, state=optuna.trial.TrialState.FAIL)
+    fixed = t.system_attrs.get("fixed_params")
+    if fixed:
+        study.enqueue_trial(
+            dict(fixed), user_attrs={**t.user_attrs, "requeued_from": t.number, "requeued_why": "abandoned"}
+        )
+    return True
