@@ -274,6 +274,8 @@ class RayLauncher:
         """
         if self.gpus_in_use + number_gpus > self.total_gpus:
             return False
+        if not self._running and not self._multi:
+            return True  # every GPU is free (and Ray may not be started yet); submit() checks the rest
         capacity = self._node_capacity()
         if not fits_on_nodes(capacity, [], number_gpus=number_gpus, number_nodes=number_nodes):
             return True  # never: submit() answers it FAILED with the reason
