@@ -192,7 +192,8 @@ def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_stu
             "output_dir": str(tmp_path / "runs"),
             "n_trials": 2,
             "sampler": {"kind": "grid"},
-            "resources": {"gpus_per_node": 2, "nodes": 2},
+            # both "nodes" share this machine's cores: one thread per process, as on one node
+            "resources": {"gpus_per_node": 2, "nodes": 2, "cpus_per_trial_process": 1},
             "launcher": {"address": cluster.address, "warm_start": False},
             "search_space": {
                 "parameters": {
