@@ -190,14 +190,14 @@ def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_stu
         {
             "storage": f"sqlite:///{tmp_path}/s.db",
             "output_dir": str(tmp_path / "runs"),
-            "n_trials": 2,
+            "n_trials": 4,
             "sampler": {"kind": "grid"},
             # both "nodes" share this machine's cores: one thread per process, as on one node
             "resources": {"gpus_per_node": 2, "nodes": 2, "cpus_per_trial_process": 1},
             "launcher": {"address": cluster.address, "warm_start": False},
             "search_space": {
                 "parameters": {
-                    "batch_size": {"values": [4]},
+                    "batch_size": {"values": [4, 512]},  # 512: OOM under the 0.5 GiB cap
                     "number_gpus": {"values": [2]},
                     "number_nodes": {"values": [1, 2]},
                     "distributed_backend": {"choices": ["DDP"]},
@@ -220,14 +220,21 @@ def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_stu
     import optuna
 
     study = optuna.load_study(study_name="test", storage=f"sqlite:///{tmp_path}/s.db")
-    trials = {t.user_attrs["number_nodes"]: t for t in study.get_trials()}
-    assert set(trials) == {1, 2}
-    for t in trials.values():
+    trials = {(t.user_attrs["batch_size"], t.user_attrs["number_nodes"]): t for t in study.get_trials()}
+    assert set(trials) == {(4, 1), (4, 2), (512, 1), (512, 2)}
+    for nodes in (1, 2):
+        t = trials[4, nodes]
         assert t.user_attrs["status"] == "ok", t.user_attrs.get("error")
         assert t.user_attrs["dataset_tokens_per_second"] > 0
         assert t.user_attrs["wrapper"] == "DistributedDataParallel"
+        oom = trials[512, nodes]
+        assert oom.user_attrs["status"] == "oom", oom.user_attrs.get("error")
+        assert "can't allocate memory" in oom.user_attrs["error"]
+    # an OOM across nodes: named by its node, and every node's actor answered or was killed
+    assert trials[512, 2].user_attrs["error"].startswith("node ")
+    assert len({r["ray_node"] for r in trials[512, 2].user_attrs["ranks"]}) == 2
 
-    two, one = trials[2], trials[1]
+    two, one = trials[4, 2], trials[4, 1]
     ranks = two.user_attrs["ranks"]  # written by the ranks themselves, from torchrun's environment
     assert [(r["rank"], r["node_rank"], r["local_rank"], r["world_size"]) for r in ranks] == [
         (0, 0, 0, 2),
@@ -262,5 +269,5 @@ def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_stu
         [*cli, "export", str(path), "--csv", str(out)], env=cluster.env, capture_output=True, text=True
     )
     assert exported.returncode == 0, exported.stderr
-    rows = {int(r["number_nodes"]): r for r in csv.DictReader(out.open())}
-    assert rows[2]["rank_nodes"] == two.user_attrs["rank_nodes"]
+    rows = {(int(r["batch_size"]), int(r["number_nodes"])): r for r in csv.DictReader(out.open())}
+    assert rows[4, 2]["rank_nodes"] == two.user_attrs["rank_nodes"]
