@@ -114,6 +114,21 @@ def _reason(trial: optuna.trial.FrozenTrial) -> str:
     return _one_line(str(error)) if error else ""
 
 
+def _placement(trial: optuna.trial.FrozenTrial) -> str | None:
+    """Where each rank of a multi-node trial ran (``None`` for a trial on one node)."""
+    nodes = trial.user_attrs.get("nodes")
+    ranks = trial.user_attrs.get("ranks")
+    if not isinstance(nodes, list) or not isinstance(ranks, list) or not ranks:
+        return None
+    where = ", ".join(
+        f"rank {r.get('rank')} on node rank {r.get('node_rank')} (Ray node {str(r.get('ray_node'))[:12]}, "
+        f"host {r.get('hostname')})"
+        for r in ranks
+        if isinstance(r, dict)
+    )
+    return f"trial {trial.number} ranks: {where}"
+
+
 def format_status(study: optuna.Study) -> list[str]:
     """The lines of the trial table, then a summary line (and the log file of each failure)."""
     from explorer.study import OBJECTIVE, config_of, describe, status_of
@@ -139,6 +154,9 @@ def format_status(study: optuna.Study) -> list[str]:
             f"{t.number:>5}  {t.state.name:<8} {status:<11} {config:<48} {throughput:>10} {wall_txt:>7}  "
             f"{_reason(t)}".rstrip()
         )
+        placed = _placement(t)
+        if placed:
+            logs.append(placed)
         if status in ("failed", "retry") and "log_file" in t.user_attrs:
             logs.append(f"trial {t.number} log: {t.user_attrs['log_file']}")
         if value is not None and (best is None or float(value) > float(best.user_attrs[OBJECTIVE])):

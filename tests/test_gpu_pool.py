@@ -165,14 +165,16 @@ def _flight(gpus: int, passed_over: int = 0) -> _InFlight:
 def test_first_fit_oldest_first_then_reserve():
     free = 3
     pending = [_flight(8), _flight(4), _flight(2), _flight(1)]
-    picked = _next_to_start(pending, lambda n: n <= free, max_passed_over=2)
+    picked = _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 2  # the oldest that fits
     assert [f.config.number_gpus for f in pending] == [8, 4, 1] and pending[0].passed_over == 1
-    picked = _next_to_start(pending, lambda n: n <= free, max_passed_over=2)
+    picked = _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 1 and pending[0].passed_over == 2
     pending.append(_flight(1))
-    assert _next_to_start(pending, lambda n: n <= free, max_passed_over=2) is None  # reserved for the 8
-    picked = _next_to_start(pending, lambda n: n <= 8, max_passed_over=2)
+    assert (
+        _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2) is None
+    )  # reserved for the 8
+    picked = _next_to_start(pending, lambda n, nodes: n <= 8, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 8
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from explorer.errors import SpecError
 from explorer.space import Categorical, Fixed, Ordered, SearchSpace, parse_domain
 from explorer.spec import ResourcesSpec, WorkloadSpec
+from explorer.study import describe
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -127,3 +129,43 @@ def test_trial_config_key_and_dict_round_trip():
     assert c.per_device_batch_size == 4
     with pytest.raises(ValueError, match="unknown"):
         TrialConfig.from_dict(c.to_dict() | {"nope": 1})
+
+
+def test_number_nodes_is_a_parameter_of_multi_gpu_trials():
+    params = BASE_STUDY["search_space"]["parameters"] | {
+        "number_gpus": {"values": [1, 2, 4]},
+        "number_nodes": {"values": [1, 2]},
+    }
+    space = _space(params)
+    configs = list(space.enumerate())
+    assert {c.number_nodes for c in configs if c.number_gpus == 1} == {1}  # never asked on one GPU
+    assert {(c.number_gpus, c.number_nodes) for c in configs} >= {(2, 1), (2, 2), (4, 2)}
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
+    for _ in range(30):
+        trial = study.ask()
+        config = space.suggest(trial)
+        assert ("number_nodes" in trial.params) == (config.number_gpus > 1)
+        assert space.params_for(config) == trial.params
+        study.tell(trial, 1.0)
+    resources = ResourcesSpec(gpus_per_node=2, nodes=2, gpu_model="X")
+    c = TrialConfig(
+        batch_size=4,
+        number_gpus=4,
+        number_nodes=2,
+        distributed_backend="DDP",
+        gradient_checkpointing=False,
+        model_max_length=64,
+    )
+    assert invalid_reason(c, resources) is None
+    assert "4 GPUs per node exceeds gpus_per_node 2" in (
+        invalid_reason(TrialConfig(**{**c.to_dict(), "number_nodes": 1}), resources) or ""
+    )
+    assert "not divisible by number_nodes" in (
+        invalid_reason(TrialConfig(**{**c.to_dict(), "number_gpus": 2, "number_nodes": 4}), resources) or ""
+    )
+    assert "exceeds the 2 nodes" in (
+        invalid_reason(TrialConfig(**{**c.to_dict(), "number_nodes": 4}), resources) or ""
+    )
+    assert "number_nodes.2" in c.key() and "gpus=4 nodes=2" in describe(c)
+    with pytest.raises(SpecError, match="more than one node needs number_gpus > 1"):
+        _space({**{k: v for k, v in params.items() if k != "distributed_backend"}, "number_gpus": 1})

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
+from dataclasses import dataclass
 
 from explorer.job import TrialJob
 
 __all__ = [
+    "Rendezvous",
     "free_port",
     "rank_environments",
     "trial_command",
@@ -40,16 +42,31 @@ _PASS_THROUGH = (
 _PASS_PREFIXES = ("NCCL_", "TORCH_", "EXPLORER_")
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (for the rendezvous of one trial)."""
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where the nodes of a multi-node trial meet (torchrun's static rendezvous).
+
+    The node of ``node_rank`` 0 hosts the store at ``master_addr:master_port``; global rank 0 (the
+    one that writes ``result.json``) is its first process.
+    """
+
+    master_addr: str
+    master_port: int
+    node_rank: int
+    nnodes: int
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (for the rendezvous of one trial; ``""``: every address)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
 def trial_environment(job: TrialJob, *, cpu_count: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """A minimal environment for the training processes of ``job``."""
-    per_process = job.resources.cpus_per_trial_process or max(1, cpu_count // job.config.number_gpus)
+    """A minimal environment for the training processes of ``job`` on one node."""
+    per_node = max(1, job.config.number_gpus // max(1, job.config.number_nodes))
+    per_process = job.resources.cpus_per_trial_process or max(1, cpu_count // per_node)
     return _environment(per_process, base)
 
 
@@ -100,25 +117,46 @@ def worker_argv(job: TrialJob, *, out_dir: str) -> list[str]:
     return ["--job", job.to_json(), "--out", out_dir]
 
 
-def trial_command(job: TrialJob, *, runner: str, out_dir: str, port: int) -> list[str]:
-    """``python -m explorer.worker`` for one GPU, else under torchrun or accelerate launch."""
+def trial_command(
+    job: TrialJob, *, runner: str, out_dir: str, port: int, rendezvous: Rendezvous | None = None
+) -> list[str]:
+    """``python -m explorer.worker`` for one GPU, else under torchrun or accelerate launch.
+
+    Without ``rendezvous`` the trial runs on this node alone (its store on 127.0.0.1:``port``);
+    with one, this node starts its ``number_gpus / number_nodes`` processes as node
+    ``rendezvous.node_rank`` of the trial.
+
+    Raises:
+        ValueError: a multi-node trial without a rendezvous, or a rendezvous for another node count.
+    """
     worker = ["-m", "explorer.worker", *worker_argv(job, out_dir=out_dir)]
     n = job.config.number_gpus
-    if n == 1 and job.config.number_nodes == 1:
+    nodes = job.config.number_nodes
+    if rendezvous is None and nodes != 1:
+        raise ValueError(f"a trial on {nodes} nodes needs a rendezvous")
+    if rendezvous is not None and rendezvous.nnodes != nodes:
+        raise ValueError(f"a rendezvous of {rendezvous.nnodes} nodes for a trial on {nodes}")
+    if n == 1 and nodes == 1:
         return [sys.executable, *worker]
+    addr, master_port = (
+        (rendezvous.master_addr, rendezvous.master_port) if rendezvous else ("127.0.0.1", port)
+    )
+    node_rank = rendezvous.node_rank if rendezvous else 0
     if runner == "accelerate":
         return [
             sys.executable,
             "-m",
             "accelerate.commands.launch",
             "--num_processes",
-            str(n),
+            str(n),  # all machines together
             "--num_machines",
-            "1",
+            str(nodes),
+            "--machine_rank",
+            str(node_rank),
             "--main_process_ip",
-            "127.0.0.1",
+            addr,
             "--main_process_port",
-            str(port),
+            str(master_port),
             "--multi_gpu",  # accelerate's torchrun-style launcher; the worker picks the device
             "--mixed_precision",
             "no",
@@ -131,12 +169,14 @@ def trial_command(job: TrialJob, *, runner: str, out_dir: str, port: int) -> lis
         "-m",
         "torch.distributed.run",
         "--nnodes",
-        "1",
+        str(nodes),
+        "--node_rank",
+        str(node_rank),
         "--nproc_per_node",
-        str(n),
+        str(n // nodes),
         "--master_addr",
-        "127.0.0.1",
+        addr,
         "--master_port",
-        str(port),
+        str(master_port),
         *worker,
     ]

@@ -2,7 +2,8 @@
 
 With no address, a local Ray starts with *logical* GPUs from the study's resources, so a "2-GPU"
 trial on a CPU machine runs as two CPU processes. ``RAY_ADDRESS`` or the launcher's ``address``
-joins an existing cluster instead.
+joins an existing cluster instead. A trial on more than one node is a placement group with an
+actor per node (:mod:`explorer.launch._placement`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
+from explorer.launch._placement import MultiNodeTrial, Share, fits_on_nodes, node_capacity, rank_nodes
 from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import ResourcesSpec, StudySpec
@@ -26,7 +28,29 @@ __all__ = ["RayLauncher", "TrialActor", "ZygoteHost"]
 
 
 class TrialActor:
-    """Runs one trial on the node Ray placed it on (the actor holds the trial's GPUs)."""
+    """Runs one trial (or one node's part of a multi-node trial) on the node Ray placed it on.
+
+    The actor holds the trial's GPUs on that node.
+    """
+
+    def where(self) -> dict[str, str]:
+        """This actor's node: Ray node id, IP, hostname, and the pid of the node's raylet."""
+        import ray
+
+        return {
+            "ray_node": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "hostname": socket.gethostname(),
+            "raylet_pid": os.environ.get("RAY_RAYLET_PID", ""),
+        }
+
+    def rendezvous(self) -> tuple[str, int]:
+        """Node 0 of a multi-node trial: the address the other nodes meet it at (IP, free port)."""
+        import ray
+
+        from explorer.launch._command import free_port
+
+        return ray.util.get_node_ip_address(), free_port("")
 
     def run(
         self,
@@ -35,30 +59,48 @@ class TrialActor:
         runner: str,
         timeout_s: float,
         zygote_prefix: str | None,
+        rendezvous: tuple[str, int] | None = None,
+        node_rank: int = 0,
     ) -> Measurement:
-        import ray
-
+        """Run the trial's processes on this node; ``rendezvous`` (node 0's address) for one
+        node of a multi-node trial, which always starts cold."""
+        from explorer.launch._command import Rendezvous
         from explorer.launch._run import run_trial
 
-        node = ray.get_runtime_context().get_node_id()
-        zygote = _node_zygote(zygote_prefix, node) if zygote_prefix else None
+        job = TrialJob.from_json(job_json)
+        where = self.where()
+        zygote = _node_zygote(zygote_prefix, where["ray_node"]) if zygote_prefix else None
+        meet = (
+            Rendezvous(rendezvous[0], int(rendezvous[1]), node_rank, job.config.number_nodes)
+            if rendezvous is not None
+            else None
+        )
         measurement = run_trial(
-            TrialJob.from_json(job_json),
+            job,
             work_dir=Path(work_dir),
             runner=runner,
             timeout_s=timeout_s,
             warm_start=zygote is not None,
             zygote=zygote,
+            rendezvous=meet,
+            node_env={"EXPLORER_RAY_NODE": where["ray_node"], "EXPLORER_RAYLET_PID": where["raylet_pid"]},
         )
 
         gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        node_extra: dict[str, Any] = {
+            "cuda_visible_devices": gpus,
+            **where,
+            "rank_nodes": rank_nodes(measurement.extra.get("ranks", [])),
+        }
+        if meet is not None:
+            node_extra["node_rank"] = node_rank
         return Measurement(
             outcome=measurement.outcome,
             properties=measurement.properties,
             error=measurement.error,
             wall_seconds=measurement.wall_seconds,
             log_tail=measurement.log_tail,
-            extra={**measurement.extra, "ray_node": node, "cuda_visible_devices": gpus},
+            extra={**measurement.extra, **node_extra},
         )
 
 
@@ -109,6 +151,9 @@ class _Running:
     """Unix time when the actor was asked for (its GPUs are the trial's from then on)."""
     fault: InjectedFault | None = None
     """An injected launcher fault still to strike (``actor_kill``, ``node_restart``)."""
+    where: Any = None
+    """The actor's pending node report (``TrialActor.where``); ``None`` once ``node`` is known."""
+    node: str | None = None
 
 
 class RayLauncher:
@@ -133,6 +178,10 @@ class RayLauncher:
         self.timeout_s = timeout_s
         self.output_dir = output_dir
         self._running: dict[Any, _Running] = {}
+        self._multi: list[MultiNodeTrial] = []
+        self._rejected: list[tuple[int, Measurement]] = []
+        self._capacity: dict[str, int] = {}
+        self._capacity_at = 0.0
         self._started_ray = False
         self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
         self._zygote_hosts: list[Any] = []
@@ -200,6 +249,9 @@ class RayLauncher:
         for running in list(self._running.values()):
             ray.kill(running.actor, no_restart=True)
         self._running.clear()
+        for multi in self._multi:
+            multi.release()
+        self._multi.clear()
         for host in self._zygote_hosts:
             ray.kill(host, no_restart=True)
         self._zygote_hosts.clear()
@@ -210,21 +262,79 @@ class RayLauncher:
 
     @property
     def gpus_in_use(self) -> int:
-        return sum(r.gpus for r in self._running.values())
+        return sum(r.gpus for r in self._running.values()) + sum(m.gpus for m in self._multi)
 
     @property
     def in_flight(self) -> int:
-        return len(self._running)
+        return len(self._running) + len(self._multi) + len(self._rejected)
 
-    def fits(self, number_gpus: int) -> bool:
-        """Whether a trial of ``number_gpus`` can start now without waiting for others."""
-        return self.gpus_in_use + number_gpus <= self.total_gpus
+    def fits(self, number_gpus: int, number_nodes: int = 1) -> bool:
+        """Whether a trial of ``number_gpus`` on ``number_nodes`` can start now without waiting.
+
+        The study's GPUs in all, and ``number_nodes`` Ray nodes with ``number_gpus /
+        number_nodes`` GPUs free each (see :mod:`explorer.launch._placement`). A trial that no
+        node set of the cluster could ever hold fits (it is submitted, and fails at once).
+        """
+        if self.gpus_in_use + number_gpus > self.total_gpus:
+            return False
+        if not self._running and not self._multi:
+            return True  # every GPU is free (and Ray may not be started yet); submit() checks the rest
+        capacity = self._node_capacity()
+        if not fits_on_nodes(capacity, [], number_gpus=number_gpus, number_nodes=number_nodes):
+            return True  # never: submit() answers it FAILED with the reason
+        return fits_on_nodes(capacity, self._shares(), number_gpus=number_gpus, number_nodes=number_nodes)
+
+    def _node_capacity(self, *, refresh: bool = False) -> dict[str, int]:
+        """GPUs per alive node with the GPU model, read from Ray at most every 10 s."""
+        if refresh or not self._capacity or time.monotonic() - self._capacity_at > 10.0:
+            self._capacity = node_capacity(self.gpu_model)
+            self._capacity_at = time.monotonic()
+        return self._capacity
+
+    def _shares(self) -> list[Share]:
+        """Where the running trials' GPUs are, per actor (learning the nodes reported so far)."""
+        import ray
+
+        waiting = [r for r in self._running.values() if r.where is not None]
+        if waiting:
+            ready, _ = ray.wait([r.where for r in waiting], num_returns=len(waiting), timeout=0)
+            reported = set(ready)
+            for running in waiting:
+                if running.where in reported:
+                    try:
+                        report: dict[str, str] = ray.get(running.where)
+                    except ray.exceptions.RayError:  # died before reporting: its run() says why,
+                        report = {}  # and its GPUs count against every node until then
+                    running.node = report.get("ray_node")
+                    running.where = None
+        shares = [Share(r.node, r.gpus) for r in self._running.values()]
+        for multi in self._multi:
+            multi.learn_nodes()
+            shares += multi.shares()
+        return shares
 
     def submit(self, job: TrialJob) -> None:
         import ray
 
         n = job.config.number_gpus
+        nodes = job.config.number_nodes
+        if not fits_on_nodes(self._node_capacity(refresh=True), [], number_gpus=n, number_nodes=nodes):
+            self._rejected.append((job.trial_number, self._cannot_place(n, nodes)))
+            return
         actor_cls = ray.remote(TrialActor)
+        work_dir = self.output_dir / f"trial-{job.trial_number:05d}"
+        if nodes > 1:
+            self._multi.append(
+                MultiNodeTrial.submit(
+                    job,
+                    actor_cls=actor_cls,
+                    gpu_model=self.gpu_model,
+                    work_dir=work_dir,
+                    runner=self.runner,
+                    timeout_s=self.timeout_s,
+                )
+            )
+            return
         actor = actor_cls.options(
             num_gpus=n,
             num_cpus=0,
@@ -232,12 +342,25 @@ class RayLauncher:
             max_restarts=0,
             name=None,
         ).remote()
-        work_dir = self.output_dir / f"trial-{job.trial_number:05d}"
         run: Any = actor.run
         zygotes = self._zygote_prefix if self.warm_start else None
         ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s, zygotes)
+        where: Any = actor.where
         fault = job.fault if job.fault is not None and job.fault.kind in LAUNCHER_FAULTS else None
-        self._running[ref] = _Running(job.trial_number, n, actor, ref, started=time.time(), fault=fault)
+        self._running[ref] = _Running(
+            job.trial_number, n, actor, ref, started=time.time(), fault=fault, where=where.remote()
+        )
+
+    def _cannot_place(self, number_gpus: int, number_nodes: int) -> Measurement:
+        per_node = number_gpus // number_nodes
+        capacity = sorted(self._capacity.values(), reverse=True)
+        return Measurement(
+            outcome=Outcome.FAILED,
+            error=(
+                f"the Ray cluster cannot place {number_nodes} x {per_node} GPUs of {self.gpu_model!r}: "
+                f"its nodes have {capacity or 'no'} such GPUs"
+            ),
+        )
 
     def _strike_faults(self) -> list[tuple[int, Measurement]]:
         """Injected launcher faults that are due: kill an actor, or restart the local Ray.
@@ -266,48 +389,43 @@ class RayLauncher:
 
         if not self._started_ray:
             raise RuntimeError("node_restart needs the Ray this launcher started (no launcher.address)")
-        lost = [
-            (
-                running.trial_number,
-                Measurement(
-                    outcome=Outcome.FAILED, error="Ray: the node restarted; every trial on it was lost"
-                ),
-                running,
-            )
-            for running in self._running.values()
-        ]
+        error = "Ray: the node restarted; every trial on it was lost"
+        lost = [(r.trial_number, r.gpus, r.started) for r in self._running.values()]
+        lost += [(m.trial_number, m.gpus, m.started) for m in self._multi]
+        for multi in self._multi:
+            multi.release()
         self._running.clear()
+        self._multi.clear()
         self._zygote_hosts.clear()
         ray.shutdown()
         self._started_ray = False
         self.start()
-        return [(number, self._with_slot(m, running)) for number, m, running in lost]
-
-    def _with_slot(self, measurement: Measurement, running: _Running) -> Measurement:
-        slot = GpuSlot(
-            run=self.run_id,
-            clock="wall",
-            pool=self.total_gpus,
-            gpus=running.gpus,
-            start=running.started,
-            end=max(time.time(), running.started),
-        )
-        return dataclasses.replace(measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()})
+        failed = Measurement(outcome=Outcome.FAILED, error=error)
+        return [(number, self._with_slot(failed, gpus, started)) for number, gpus, started in lost]
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
         """Measurements of the trials that finished within ``timeout_s`` (possibly none)."""
         import ray
         from ray.exceptions import RayError
 
-        if not self._running:
-            return []
+        done: list[tuple[int, Measurement]] = self._rejected
+        self._rejected = []
         lost = self._strike_faults()
         if lost:
-            return lost
-        ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout_s)
-        done: list[tuple[int, Measurement]] = []
+            return done + lost
+        refs = list(self._running) + [ref for multi in self._multi for ref in multi.pending_refs()]
+        if not refs:
+            return done
+        if done:
+            timeout_s = 0.0
+        if self._multi:  # wake up for a grace period or deadline that runs out
+            timeout_s = max(0.0, min(timeout_s, min(m.next_event() for m in self._multi) - time.time()))
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
         for ref in ready:
-            running = self._running.pop(ref)
+            running = self._running.pop(ref, None)
+            if running is None:
+                next(m for m in self._multi if ref in m.refs).receive(ref)
+                continue
             try:
                 measurement = ray.get(ref)
             except RayError as exc:  # the actor or its node died
@@ -316,5 +434,24 @@ class RayLauncher:
                     outcome=Outcome.FAILED, error=f"Ray: {first}", wall_seconds=time.time() - running.started
                 )
             ray.kill(running.actor, no_restart=True)
-            done.append((running.trial_number, self._with_slot(measurement, running)))
+            done.append((running.trial_number, self._with_slot(measurement, running.gpus, running.started)))
+        now = time.time()
+        for multi in list(self._multi):
+            measurement_or_none = multi.finished(now)
+            if measurement_or_none is None:
+                continue
+            multi.release()
+            self._multi.remove(multi)
+            done.append((multi.trial_number, self._with_slot(measurement_or_none, multi.gpus, multi.started)))
         return done
+
+    def _with_slot(self, measurement: Measurement, gpus: int, started: float) -> Measurement:
+        slot = GpuSlot(
+            run=self.run_id,
+            clock="wall",
+            pool=self.total_gpus,
+            gpus=gpus,
+            start=started,
+            end=max(time.time(), started),
+        )
+        return dataclasses.replace(measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()})

@@ -343,8 +343,11 @@ class ReplayLauncher:
     def gpus_in_use(self) -> int:
         return sum(h.gpus for h in self._held)
 
-    def fits(self, number_gpus: int) -> bool:
-        """Whether a trial of ``number_gpus`` can start now, beside the trials holding GPUs."""
+    def fits(self, number_gpus: int, number_nodes: int = 1) -> bool:
+        """Whether a trial of ``number_gpus`` can start now, beside the trials holding GPUs.
+
+        The replayed pool is one set of GPUs: ``number_nodes`` does not change the answer.
+        """
         return self.gpus_in_use + number_gpus <= self.total_gpus
 
     def duration(self, trial_number: int, measurement: Measurement) -> float:

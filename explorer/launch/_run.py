@@ -16,6 +16,7 @@ from pathlib import Path
 
 from explorer.job import TrialJob
 from explorer.launch._command import (
+    Rendezvous,
     free_port,
     rank_environments,
     trial_command,
@@ -26,11 +27,13 @@ from explorer.launch._command import (
 from explorer.measurement import Measurement, Outcome
 from explorer.oom import mentions_oom
 
-__all__ = ["collect", "run_trial"]
+__all__ = ["RANK_RECORD_GLOB", "collect", "rank_records", "run_trial"]
 
 LOG_TAIL_CHARS = 8000
 TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
 OWNER_VAR = "EXPLORER_OWNER_PID"
+RANK_RECORD_GLOB = "rank-*.json"
+"""Each rank writes ``rank-<RANK>.json`` (where it ran) when it starts; see :mod:`explorer.worker`."""
 
 
 def run_trial(
@@ -41,6 +44,8 @@ def run_trial(
     timeout_s: float,
     warm_start: bool = False,
     zygote: Path | None = None,
+    rendezvous: Rendezvous | None = None,
+    node_env: dict[str, str] | None = None,
 ) -> Measurement:
     """Start the trial's processes in their own sessions, wait, and collect the outcome.
 
@@ -49,21 +54,29 @@ def run_trial(
     has already imported torch and transformers; otherwise they
     start as fresh interpreters under python, torchrun or accelerate launch. Either way, on
     timeout every process of the trial is killed (SIGKILL), so nothing is left behind.
+
+    A multi-node trial runs this once per node, each with its ``rendezvous`` (always a cold
+    start); only node 0 holds global rank 0, so only its measurement has the properties, and a
+    clean exit of another node is ``ok`` without them. ``node_env`` (``EXPLORER_*`` variables such
+    as the Ray node id) reaches every rank, which records it in its ``rank-<RANK>.json``; the
+    records come back in ``extra["ranks"]``.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
-    for stale in [*work_dir.glob("error-rank*.json"), work_dir / "result.json"]:
+    stale_files = [*work_dir.glob("error-rank*.json"), *work_dir.glob(RANK_RECORD_GLOB)]
+    for stale in [*stale_files, work_dir / "result.json"]:
         stale.unlink(missing_ok=True)
     log_path = work_dir / "train.log"
     log_path.write_bytes(b"")
-    env = trial_environment(job, cpu_count=os.cpu_count() or 1)
+    env = {**trial_environment(job, cpu_count=os.cpu_count() or 1), **(node_env or {})}
     env[OWNER_VAR] = str(os.getpid())  # ranks exit when this process (the Ray actor) is gone
     n = job.config.number_gpus
-    warm = warm_start and job.config.number_nodes == 1 and (n == 1 or runner == "torchrun")
+    single_node = job.config.number_nodes == 1 and rendezvous is None
+    warm = warm_start and single_node and (n == 1 or runner == "torchrun")
     started = time.perf_counter()
     if warm:
         returncode, timed_out = _run_warm(job, work_dir, log_path, env, timeout_s, zygote)
     else:
-        returncode, timed_out = _run_cold(job, work_dir, log_path, env, runner, timeout_s)
+        returncode, timed_out = _run_cold(job, work_dir, log_path, env, runner, timeout_s, rendezvous)
     wall = time.perf_counter() - started
     measurement = collect(
         work_dir,
@@ -71,16 +84,35 @@ def run_trial(
         timed_out=timeout_s if timed_out else None,
         wall_seconds=wall,
         log_tail=_tail(log_path),
+        expects_result=rendezvous is None or rendezvous.node_rank == 0,
     )
     measurement.extra["start"] = "warm" if warm else "cold"
     measurement.extra["log_file"] = str(log_path.resolve())  # every rank's full output
+    measurement.extra["ranks"] = rank_records(work_dir)
     return measurement
 
 
+def rank_records(work_dir: Path) -> list[dict[str, object]]:
+    """The ``rank-<RANK>.json`` records the ranks of one node wrote in ``work_dir``, by rank."""
+    records = []
+    for path in work_dir.glob(RANK_RECORD_GLOB):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):  # a rank killed while writing it: the record is lost, not the trial
+            continue
+    return sorted(records, key=lambda r: int(r.get("rank", 0)))
+
+
 def _run_cold(
-    job: TrialJob, work_dir: Path, log_path: Path, env: dict[str, str], runner: str, timeout_s: float
+    job: TrialJob,
+    work_dir: Path,
+    log_path: Path,
+    env: dict[str, str],
+    runner: str,
+    timeout_s: float,
+    rendezvous: Rendezvous | None,
 ) -> tuple[int, bool]:
-    cmd = trial_command(job, runner=runner, out_dir=str(work_dir), port=free_port())
+    cmd = trial_command(job, runner=runner, out_dir=str(work_dir), port=free_port(), rendezvous=rendezvous)
     token = uuid.uuid4().hex
     env = {
         **env,
@@ -162,11 +194,19 @@ def _tail(path: Path) -> str:
 
 
 def collect(
-    work_dir: Path, *, returncode: int, timed_out: float | None, wall_seconds: float, log_tail: str
+    work_dir: Path,
+    *,
+    returncode: int,
+    timed_out: float | None,
+    wall_seconds: float,
+    log_tail: str,
+    expects_result: bool = True,
 ) -> Measurement:
     """Classify a finished trial from the files its ranks wrote and its exit status.
 
     An OOM in any rank makes the trial OOM (the other ranks then fail only as a consequence).
+    ``expects_result=False`` (a node of a multi-node trial other than node 0): a clean exit with
+    no ``result.json`` is ``ok`` without properties (global rank 0 measured on node 0).
     """
     result = work_dir / "result.json"
     errors = [json.loads(p.read_text()) for p in sorted(work_dir.glob("error-rank*.json"))]
@@ -194,6 +234,8 @@ def collect(
         return done(Outcome.FAILED, f"rank {errors[0]['rank']}: {errors[0]['error']}")
     if returncode == 0 and result.is_file():
         return done(Outcome.OK, None, Measurement.from_json(result.read_text()))
+    if returncode == 0 and not expects_result:
+        return done(Outcome.OK, None)
     if mentions_oom(log_tail):
         return done(Outcome.OOM, "out of memory (from the process output)")
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"

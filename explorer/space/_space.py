@@ -1,7 +1,7 @@
 """The search space: domains for the tuning knobs, with the conditional structure built in.
 
-``distributed_backend`` exists only when more than one GPU is chosen; ``fsdp_version`` and
-``fsdp_sharding_strategy`` exist only when the backend is FSDP.
+``distributed_backend`` and ``number_nodes`` exist only when more than one GPU is chosen;
+``fsdp_version`` and ``fsdp_sharding_strategy`` exist only when the backend is FSDP.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def _any(v: Value) -> str | None:
 PARAMETERS: dict[str, _Param] = {
     "batch_size": _Param("int", _positive, "global batch, spread evenly over the GPUs"),
     "number_gpus": _Param("int", _positive, "GPUs (processes) per trial"),
+    "number_nodes": _Param("int", _positive, "nodes the GPUs are spread over (only when number_gpus > 1)"),
     "distributed_backend": _Param("str", _one_of(BACKENDS), "DDP or FSDP (only when number_gpus > 1)"),
     "fsdp_version": _Param("int", _one_of(FSDP_VERSIONS), "1 or 2 (only with FSDP)"),
     "fsdp_sharding_strategy": _Param(
@@ -114,6 +115,11 @@ class SearchSpace:
                 "parameters.distributed_backend",
                 "contradicts number_gpus: DDP and FSDP need number_gpus > 1, but number_gpus is only 1",
             )
+        if not multi and any(int(v) > 1 for v in domains.get("number_nodes", Fixed(1)).values):
+            raise fail(
+                "parameters.number_nodes",
+                "contradicts number_gpus: more than one node needs number_gpus > 1, but number_gpus is only 1",
+            )
         fsdp = "FSDP" in domains.get("distributed_backend", Fixed("NONE")).values
         for name in ("fsdp_version", "fsdp_sharding_strategy"):
             if fsdp and name not in domains:
@@ -123,6 +129,7 @@ class SearchSpace:
         lora = workload.method.kind == "lora"
         if "lora_r" in domains and not lora:
             raise fail("parameters.lora_r", "set, but the workload's method is not lora")
+        domains.setdefault("number_nodes", Fixed(1))
         domains.setdefault("model_max_length", Fixed(workload.model_max_length))
         domains.setdefault("gradient_accumulation_steps", Fixed(1))
         domains.setdefault("optim", Fixed("adamw_torch"))
@@ -135,11 +142,13 @@ class SearchSpace:
 
     def _build(self, pick: Callable[[str], Value]) -> TrialConfig:
         gpus = int(pick("number_gpus"))
+        nodes = int(pick("number_nodes")) if gpus > 1 else 1
         backend = str(pick("distributed_backend")) if gpus > 1 else "NONE"
         fsdp = backend == "FSDP"
         return TrialConfig(
             batch_size=int(pick("batch_size")),
             number_gpus=gpus,
+            number_nodes=nodes,
             distributed_backend=backend,  # type: ignore[arg-type]
             fsdp_version=int(pick("fsdp_version")) if fsdp else None,
             fsdp_sharding_strategy=str(pick("fsdp_sharding_strategy")) if fsdp else None,
@@ -163,6 +172,8 @@ class SearchSpace:
             value = values.get(name)
             if isinstance(domain, Fixed) or value not in domain.values:
                 continue  # fixed, or inactive here (e.g. distributed_backend NONE on one GPU)
+            if name == "number_nodes" and config.number_gpus == 1:
+                continue  # asked only when number_gpus > 1 (one GPU is always one node)
             params.update(domain.encode(name, value))
         return params
 

@@ -76,7 +76,7 @@ class _InFlight:
 
 
 def _next_to_start(
-    pending: list[_InFlight], fits: Callable[[int], bool], max_passed_over: int
+    pending: list[_InFlight], fits: Callable[[int, int], bool], max_passed_over: int
 ) -> _InFlight | None:
     """The waiting trial to start now, taken out of ``pending`` (``None``: none can start).
 
@@ -85,7 +85,7 @@ def _next_to_start(
     else starts until it fits (the GPUs drain for it), so a large trial is never starved.
     """
     for i, flight in enumerate(pending):
-        if fits(flight.config.number_gpus):
+        if fits(flight.config.number_gpus, flight.config.number_nodes):
             if i > 0:
                 pending[0].passed_over += 1
             return pending.pop(i)
@@ -102,6 +102,7 @@ def describe(config: TrialConfig) -> str:
     parts = [
         f"bs={config.batch_size}",
         f"gpus={config.number_gpus}",
+        *([f"nodes={config.number_nodes}"] if config.number_nodes > 1 else []),
         backend if config.number_gpus > 1 else "single",
         f"ckpt={'on' if config.gradient_checkpointing else 'off'}",
         f"len={config.model_max_length}",

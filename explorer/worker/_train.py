@@ -2,7 +2,8 @@
 
 Run as ``python -m explorer.worker --job JSON --out DIR``, once per GPU (torchrun or accelerate
 launch start the processes). Rank 0 writes ``result.json`` (a :class:`Measurement`); a rank that
-raises writes ``error-rank<r>.json`` with the classified outcome, then exits non-zero.
+raises writes ``error-rank<r>.json`` with the classified outcome, then exits non-zero. Every rank
+first writes ``rank-<r>.json``: where it runs (host, node rank, the Ray node its launcher named).
 """
 
 from __future__ import annotations
@@ -395,6 +396,25 @@ def _aggregate(
     return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
 
 
+def rank_record(env: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, Any]:
+    """Where this rank runs, from what torchrun and the launcher put in its environment."""
+    import socket
+
+    def number(name: str, default: int) -> int:
+        return int(env.get(name, default))
+
+    return {
+        "rank": number("RANK", 0),
+        "local_rank": number("LOCAL_RANK", 0),
+        "node_rank": number("GROUP_RANK", 0),
+        "world_size": number("WORLD_SIZE", 1),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "ray_node": env.get("EXPLORER_RAY_NODE"),
+        "raylet_pid": env.get("EXPLORER_RAYLET_PID"),
+    }
+
+
 def _write(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
@@ -445,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     job = TrialJob.from_json(ns.job)
     out = Path(ns.out)
     rank = int(os.environ.get("RANK", "0"))
+    out.mkdir(parents=True, exist_ok=True)
+    _write(out / f"rank-{rank}.json", json.dumps(rank_record()))
     try:
         measurement = run_rank(job, out)
     except BaseException as exc:  # classify every failure of this rank, then exit non-zero
