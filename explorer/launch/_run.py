@@ -29,6 +29,8 @@ from explorer.oom import mentions_oom
 __all__ = ["collect", "run_trial"]
 
 LOG_TAIL_CHARS = 8000
+_WRITTEN = ("train.log", "result.json", "result.tmp")
+"""Files of a trial folder written in place (the rest are written beside and renamed over)."""
 TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
 OWNER_VAR = "EXPLORER_OWNER_PID"
 
@@ -49,7 +51,18 @@ def run_trial(
     has already imported torch and transformers; otherwise they
     start as fresh interpreters under python, torchrun or accelerate launch. Either way, on
     timeout every process of the trial is killed (SIGKILL), so nothing is left behind.
+
+    A trial folder that resolves outside its parent (the study's output folder), or a file in it
+    written in place that resolves outside the folder (a symlink), is not followed: the trial
+    fails with that reason and nothing is written (:mod:`explorer.paths`).
     """
+    from explorer.paths import escape
+
+    problem = escape(work_dir.parent, work_dir) or next(
+        filter(None, (escape(work_dir, work_dir / name) for name in _WRITTEN)), None
+    )
+    if problem is not None:
+        return Measurement(outcome=Outcome.FAILED, error=f"trial folder: {problem}")
     work_dir.mkdir(parents=True, exist_ok=True)
     for stale in [*work_dir.glob("error-rank*.json"), work_dir / "result.json"]:
         stale.unlink(missing_ok=True)
