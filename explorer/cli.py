@@ -288,11 +288,14 @@ def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.export import write_export
+    from explorer.paths import inside
     from explorer.spec import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
     fmt = "csv" if args.csv else args.format
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
+    if not (args.csv or args.out):
+        inside(loaded.output_dir, [path], file=args.study)
     n = write_export(loaded, path, fmt=fmt)
     print(f"{path}: {n} trials")
     return 0
@@ -392,6 +395,7 @@ def _best(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.best import select_best, summary_lines, write_best
+    from explorer.paths import inside
     from explorer.report import pareto_lines
     from explorer.study import mask_url
 
@@ -407,6 +411,8 @@ def _best(args: argparse.Namespace) -> int:
             "nothing written",
         )
     out = Path(args.out) if args.out else loaded.output_dir / "best"
+    if not args.out:
+        inside(loaded.output_dir, [out], file=args.study)
     files = write_best(loaded, selection, out, steps=args.steps)
     for line in summary_lines(loaded, selection, files):
         print(line)

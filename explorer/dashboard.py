@@ -38,6 +38,7 @@ def serve(
     Raises:
         SpecError: no such study, or optuna-dashboard is not installed.
     """
+    from explorer.paths import inside
     from explorer.status import load_readonly
     from explorer.study import mask_url, open_storage
 
@@ -54,6 +55,7 @@ def serve(
     load_readonly(loaded)  # the study exists (else one line, nothing written)
     storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     artifacts = artifact_dir(loaded)
+    inside(loaded.output_dir, [artifacts], file=str(loaded.file))
     artifacts.mkdir(parents=True, exist_ok=True)
     shown = f"[{host}]" if ":" in host else host
     printer(f"dashboard: http://{shown}:{port}/dashboard/ (study {loaded.spec.name!r})")

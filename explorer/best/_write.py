@@ -63,17 +63,19 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
     Returns:
         The paths written and the two command lines.
     """
+    from explorer.paths import inside
     from explorer.worker._train import training_kwargs
 
     best = selection.best
     job = TrialJob.for_study(loaded, config_of(best), trial_number=best.number)
     device_type = device_type_of(loaded, best)
     layers = _layer_classes(loaded, job)
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = {
         name: out_dir / name
         for name in ("accelerate.yaml", "training_arguments.json", "job.json", "launch.sh")
     }
+    inside(out_dir, files.values(), file=str(loaded.file))
+    out_dir.mkdir(parents=True, exist_ok=True)
     header = (
         f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
         f"{objective_value(best):.1f} dataset tokens/s per GPU.",

@@ -19,7 +19,11 @@ __all__ = [
     "zygote_environment",
 ]
 
-# Only these variables reach the training processes (plus their prefixes below).
+# Only these variables reach the training processes (plus their prefixes below): nothing else of
+# the driver's environment (cloud keys, database passwords, a storage URL) does. HF_TOKEN passes on
+# purpose: a gated model (``path:`` a hub id) cannot be downloaded without it. explorer's own
+# variables (EXPLORER_OWNER_PID, EXPLORER_TRIAL_TOKEN) are set by the launcher for each trial,
+# never passed through, so an EXPLORER_* secret of the driver (EXPLORER_STORAGE_PASSWORD) stays.
 _PASS_THROUGH = (
     "PATH",
     "HOME",
@@ -39,7 +43,7 @@ _PASS_THROUGH = (
     "OPENBLAS_CORETYPE",
     "OPENBLAS_L2_SIZE",
 )
-_PASS_PREFIXES = ("NCCL_", "TORCH_", "EXPLORER_")
+_PASS_PREFIXES = ("NCCL_", "TORCH_")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ from explorer.oom import mentions_oom
 __all__ = ["RANK_RECORD_GLOB", "collect", "rank_records", "run_trial"]
 
 LOG_TAIL_CHARS = 8000
+_WRITTEN = ("train.log", "result.json", "result.tmp")
+"""Files of a trial folder written in place (the rest are written beside and renamed over)."""
 TOKEN_VAR = "EXPLORER_TRIAL_TOKEN"
 OWNER_VAR = "EXPLORER_OWNER_PID"
 RANK_RECORD_GLOB = "rank-*.json"
@@ -60,7 +62,18 @@ def run_trial(
     clean exit of another node is ``ok`` without them. ``node_env`` (``EXPLORER_*`` variables such
     as the Ray node id) reaches every rank, which records it in its ``rank-<RANK>.json``; the
     records come back in ``extra["ranks"]``.
+
+    A trial folder that resolves outside its parent (the study's output folder), or a file in it
+    written in place that resolves outside the folder (a symlink), is not followed: the trial
+    fails with that reason and nothing is written (:mod:`explorer.paths`).
     """
+    from explorer.paths import escape
+
+    problem = escape(work_dir.parent, work_dir) or next(
+        filter(None, (escape(work_dir, work_dir / name) for name in _WRITTEN)), None
+    )
+    if problem is not None:
+        return Measurement(outcome=Outcome.FAILED, error=f"trial folder: {problem}")
     work_dir.mkdir(parents=True, exist_ok=True)
     stale_files = [*work_dir.glob("error-rank*.json"), *work_dir.glob(RANK_RECORD_GLOB)]
     for stale in [*stale_files, work_dir / "result.json"]:

@@ -14,6 +14,7 @@ import os
 import selectors
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -31,8 +32,23 @@ PEER_GRACE_S = 5.0
 
 
 def _zygote_dir() -> Path:
+    """``$TMPDIR/explorer-<uid>``: a folder only this user can enter (the zygote's socket forks a
+    process with any environment it is sent, so nobody else may reach it).
+
+    Raises:
+        RuntimeError: the path is a symlink or not a folder, or another user owns it (someone may
+            have made it first, in a shared /tmp, to reach the socket).
+    """
     path = Path(tempfile.gettempdir()) / f"explorer-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = path.lstat()
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise RuntimeError(f"{path} is a symlink or not a folder; refusing to put the zygote's socket there")
+    if st.st_uid != os.getuid():
+        raise RuntimeError(f"{path} is owned by uid {st.st_uid}, not {os.getuid()}; refusing to use it")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        path.chmod(0o700)  # ours, but loosened (or made under an odd umask): tighten it
     return path
 
 

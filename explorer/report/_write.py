@@ -24,7 +24,10 @@ from explorer.report._points import Kind, points_of
 if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
 
-__all__ = ["Report", "write_report"]
+__all__ = ["FIGURES", "Report", "write_report"]
+
+FIGURES = ("history", "throughput", "feasibility", "importances", "pareto", "memory")
+"""The PNG files a report may hold (``pareto`` for multi-objective studies only)."""
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,21 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
     ``<output_dir>/artifacts``).
 
     Raises:
-        SpecError: the study does not exist (nothing is written then).
+        SpecError: the study does not exist, or a file it would write resolves outside its folder
+            (:mod:`explorer.paths`); nothing is written then.
     """
     import optuna
 
+    from explorer.paths import inside
     from explorer.study import OBJECTIVE, mask_url, open_existing_study
 
     study = open_existing_study(loaded)
     folder = out if out is not None else loaded.output_dir / "report"
+    where = str(loaded.file)
+    if out is None:
+        inside(loaded.output_dir, [folder], file=where)
+    inside(folder, [folder / f"{name}.png" for name in FIGURES] + [folder / "index.html"], file=where)
+    inside(loaded.output_dir, [loaded.output_dir / "artifacts"], file=where)
     folder.mkdir(parents=True, exist_ok=True)
     points = points_of(study)
     repeats = {p.number for p in points if not p.measured}

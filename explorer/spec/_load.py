@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from explorer.errors import SpecError
 from explorer.spec._models import StudySpec
+from explorer.spec._ray_address import check_ray_address
 
 if TYPE_CHECKING:
     from explorer.launch import ReplayTable
@@ -126,6 +127,7 @@ def load_study(
     n_trials: int | None = None,
     replay_table: str | Path | None = None,
     check_model: bool = True,
+    check_launcher: bool | None = None,
 ) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
@@ -134,6 +136,9 @@ def load_study(
     Args:
         check_model: build the model architecture's transformers config to check it (imports
             transformers, about 2.5 s); the commands that only read a stored study skip it.
+        check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
+            with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
+            only read a stored study do not need the cluster).
 
     Raises:
         SpecError: the first problem found, naming the file and the field.
@@ -227,6 +232,8 @@ def load_study(
 
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
+    if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
+        check_ray_address(spec.launcher.address, file=label)
     output_dir = _resolve(base, spec.output_dir) if spec.output_dir else base / "explorer-runs" / spec.name
     return LoadedStudy(
         spec=spec,

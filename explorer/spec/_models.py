@@ -364,6 +364,9 @@ class StudySpec(_Spec):
     """A whole study file."""
 
     name: str = Field(min_length=1, pattern=r"^[\w.-]+$")
+    """Study name in the storage; also a folder and file name (``explorer-runs/<name>``,
+    ``<name>.db``, ``<name>.csv``), so letters, digits, ``_``, ``.`` and ``-`` only, and not
+    starting with ``.`` (``..`` would name the folder above)."""
     storage: str | None = None
     """SQLAlchemy URL. Default: ``sqlite:///<study file dir>/<name>.db``."""
     output_dir: str | None = None
@@ -408,6 +411,15 @@ class StudySpec(_Spec):
     """Fault injection, for testing explorer (see :class:`FaultSpec`)."""
     search_space: str | dict[str, Any]
     """A file under ``search_spaces/`` (relative to the study file) or the domains inline."""
+
+    @field_validator("name")
+    @classmethod
+    def _not_a_path_step(cls, value: str) -> str:
+        if value.startswith("."):
+            raise ValueError(
+                f"{value!r} starts with '.': the name is also a folder name ('..' is the parent)"
+            )
+        return value
 
     @field_validator("search_space", mode="before")
     @classmethod

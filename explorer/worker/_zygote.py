@@ -140,6 +140,7 @@ def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
     tmp = sock_path.with_suffix(f".{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     listener.bind(str(tmp))
+    os.chmod(tmp, 0o600)  # only this user may ask for a rank (its folder is 0700 too), whatever the umask
     listener.listen(64)
     os.replace(tmp, sock_path)  # clients connect only once the zygote is ready
     inode = os.stat(sock_path).st_ino
