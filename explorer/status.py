@@ -64,6 +64,7 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     import sqlalchemy
 
     from explorer.study import mask_url
+    from explorer.study._storage import redact
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = readonly_url(loaded.storage_url, file=str(loaded.file))
@@ -88,7 +89,9 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
             if not any(m in text for m in _BUSY) or attempt == RETRIES - 1:
                 first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
                 raise SpecError(
-                    file=str(loaded.file), field="storage", problem=f"cannot read {where}: {first}"
+                    file=str(loaded.file),
+                    field="storage",
+                    problem=f"cannot read {where}: {redact(first, loaded.storage_url)}",
                 ) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")

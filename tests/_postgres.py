@@ -169,7 +169,9 @@ class PostgresServer:
         """
         pid = self.pid()
         if pid is not None:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
+            self._run(
+                str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"
+            )
             deadline = time.monotonic() + 30
             while _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.1)

@@ -18,7 +18,9 @@ sequence length among them, are matched against each trial's configuration.
 Time runs on a virtual clock: a submitted trial holds its GPUs from the clock's current time for
 its duration (recorded in the table's ``wall_seconds`` or ``train_runtime`` column, or simulated
 from the study's ``launcher.durations``, see :class:`~explorer.spec.DurationSpec`), and ``wait``
-moves the clock to the next completion. Nothing sleeps.
+moves the clock to the next completion. Nothing sleeps, unless ``launcher.durations.wall_clock``
+is on: then the clock is the wall clock since the launcher was made, and ``wait`` sleeps until the
+next trial ends (at most its ``timeout_s``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import heapq
 import math
 import random
 import statistics
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -294,7 +297,9 @@ class ReplayLauncher:
         self.total_gpus = total_gpus
         self.durations = durations
         self.clock = 0.0
-        """Virtual seconds since the launcher was created."""
+        """Virtual seconds since the launcher was created (wall seconds with ``wall_clock``)."""
+        self._wall = durations is not None and durations.wall_clock
+        self._t0 = time.monotonic()
         self.run_id = new_run_id()
         self._held: list[_Held] = []  # a heap, soonest end first
         self._seq = 0
@@ -336,6 +341,8 @@ class ReplayLauncher:
             raise RuntimeError(
                 f"trial {job.trial_number} needs {gpus} GPUs; {self.gpus_in_use} of {self.total_gpus} are held"
             )
+        if self._wall:
+            self.clock = time.monotonic() - self._t0
         measurement = self.table.measurement(job.config)
         end = self.clock + self.duration(job.trial_number, measurement)
         self._seq += 1
@@ -343,10 +350,15 @@ class ReplayLauncher:
 
     def wait(self, timeout_s: float) -> list[tuple[int, Measurement]]:
         """Advance the clock to the next completion; the trials that end then (``timeout_s`` is
-        not used: virtual time never waits)."""
+        not used: virtual time never waits; on the wall clock it sleeps at most ``timeout_s`` and
+        hands back the trials that ended by then, perhaps none)."""
         if not self._held:
             return []
-        self.clock = self._held[0].end
+        if self._wall:
+            time.sleep(max(0.0, min(timeout_s, self._held[0].end - (time.monotonic() - self._t0))))
+            self.clock = time.monotonic() - self._t0
+        else:
+            self.clock = self._held[0].end
         done: list[tuple[int, Measurement]] = []
         while self._held and self._held[0].end <= self.clock:
             held = heapq.heappop(self._held)

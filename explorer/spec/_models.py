@@ -261,6 +261,9 @@ class DurationSpec(_Spec):
     """Seed of the jitter."""
     use_recorded: bool = True
     """Take a row's recorded ``wall_seconds`` (else ``train_runtime``) where it has one."""
+    wall_clock: bool = False
+    """Let the durations pass in real time (``wait`` sleeps until a trial ends) instead of on the
+    virtual clock: for several ``explorer optimize`` processes sharing one study, as in a test."""
 
 
 class LauncherSpec(_Spec):

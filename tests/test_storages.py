@@ -1,4 +1,13 @@
-"""The optimize spine end to end: real Optuna (sqlite), real Ray actors, real torchrun on CPU."""
+"""The shared storage suite: every test here runs against each storage backend, sqlite files and a
+real PostgreSQL server (``tests/_postgres.py``), through the ``storage_url`` fixture of
+``tests/conftest.py`` (the way Optuna's own tests parametrize over its storages).
+
+It holds the optimize spine end to end (real Optuna, real Ray actors, real torchrun on the CPU):
+ok / OOM / invalid outcomes and resume, a failed trial retried then failed, and resume after a
+SIGKILL of the driver; the replay launcher's path; the measurement store; the one-transaction
+user-attribute upsert; and what only a server database has: two ``explorer optimize`` processes
+sharing one study, and credentials that never leave the URL.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +22,18 @@ import optuna
 import pytest
 
 from explorer.spec import load_study
-from explorer.study import config_of, counted_trials, open_study, optimize, status_of
+from explorer.study import (
+    config_of,
+    counted_trials,
+    mask_url,
+    open_storage,
+    open_study,
+    optimize,
+    status_of,
+)
 from explorer.trial_config import TrialConfig
+from tests._postgres import PASSWORD
+from tests.conftest import merge
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,10 +49,13 @@ def _cfg(**kw) -> TrialConfig:
     return TrialConfig(model_max_length=64, **(base | kw))
 
 
-def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write_study, tmp_path):
+# -- the optimize spine on real workers ------------------------------------------------------------
+
+
+def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write_study, storage_url):
     path = write_study(
         {
-            "storage": f"sqlite:///{tmp_path}/s.db",
+            "storage": storage_url,
             "n_trials": 4,
             "search_space": {
                 "parameters": {
@@ -109,10 +131,10 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert more.counted == 5 and len(counted_trials(open_study(loaded, create=False))) == 5
 
 
-def test_failed_trial_is_retried_then_failed(write_study, tmp_path):
+def test_failed_trial_is_retried_then_failed(write_study, storage_url):
     path = write_study(
         {
-            "storage": f"sqlite:///{tmp_path}/s.db",
+            "storage": storage_url,
             "n_trials": 1,
             "launcher": {"max_retries": 1},
             "search_space": {
@@ -146,11 +168,11 @@ def _worker_pids(exclude: frozenset[int] = frozenset()) -> set[int]:
     return pids - exclude
 
 
-def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
+def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
     """SIGKILL `explorer optimize` mid-trial; the rerun re-measures that configuration."""
     path = write_study(
         {
-            "storage": f"sqlite:///{tmp_path}/s.db",
+            "storage": storage_url,
             "n_trials": 3,
             "measurement": {"warmup_steps": 1, "stop": "seconds", "stop_after_seconds": 6},
             "search_space": {
@@ -171,7 +193,7 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
     deadline = time.monotonic() + 240
     running: list = []
     while time.monotonic() < deadline and driver.poll() is None:
-        if Path(tmp_path / "s.db").exists():
+        if not storage_url.startswith("sqlite") or Path(tmp_path / "s.db").exists():
             try:
                 study = open_study(loaded, create=False)
                 running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
@@ -200,8 +222,9 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
     assert (
         "best: trial" in rerun.stdout
         and "top 5:" in rerun.stdout
-        and "optuna-dashboard sqlite:///" in rerun.stdout
+        and f"optuna-dashboard {mask_url(storage_url)}" in rerun.stdout
     )
+    assert PASSWORD not in rerun.stdout + rerun.stderr + (tmp_path / "driver.log").read_text()
     study = open_study(loaded, create=False)
     trials = study.get_trials()
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
@@ -216,17 +239,12 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path):
     assert len(remeasured) == 1 and remeasured[0].user_attrs["config_key"] == interrupted_key
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "memory"])
-def test_user_attrs_written_together_read_back_and_finished_trials_refuse_them(tmp_path, backend):
-    import optuna
+# -- one transaction of user attributes (explorer.study._record.set_user_attrs) ---------------------
 
+
+def _check_user_attrs(storage: optuna.storages.BaseStorage) -> None:
     from explorer.study._record import set_user_attrs
 
-    storage = (
-        optuna.storages.RDBStorage(f"sqlite:///{tmp_path}/a.db")
-        if backend == "sqlite"
-        else optuna.storages.InMemoryStorage()
-    )
     study = optuna.create_study(storage=storage)
     trial = study.ask()
     trial.set_user_attr("status", "running")
@@ -237,3 +255,142 @@ def test_user_attrs_written_together_read_back_and_finished_trials_refuse_them(t
     with pytest.raises(RuntimeError):
         set_user_attrs(trial, {"late": 1})
     assert "late" not in study.trials[0].user_attrs
+
+
+def test_user_attrs_written_together_read_back_and_finished_trials_refuse_them(storage_url):
+    storage = optuna.storages.RDBStorage(storage_url)
+    assert storage.engine.name == storage_url.split(":")[0].split("+")[0]  # the dialect's own upsert
+    _check_user_attrs(storage)
+
+
+def test_user_attrs_in_memory_take_the_public_call():
+    _check_user_attrs(optuna.storages.InMemoryStorage())
+
+
+# -- the replay launcher and the measurement store --------------------------------------------------
+
+TABLE_BATCHES = (4, 8, 16, 32, 64)
+
+
+def _tput(bs: int, gpus: int, ckpt: bool) -> float:
+    return 1000.0 + 10 * bs - 300 * (gpus - 1) - 100 * ckpt
+
+
+def _replay_table(path: Path) -> Path:
+    """Every (batch, 1 or 2 GPUs, checkpointing) measured; one GPU at batch 64 ran out of memory."""
+    import csv
+
+    with path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(
+            ["model_name", "gpu_model", "model_max_length", "number_gpus", "batch_size"]
+            + [
+                "distributed_backend",
+                "gradient_checkpointing",
+                "dataset_tokens_per_second_per_gpu",
+                "is_valid",
+            ]
+        )
+        for bs in TABLE_BATCHES:
+            for gpus in (1, 2):
+                for ckpt in (False, True):
+                    oom = gpus == 1 and bs == 64
+                    row = ["tiny-llama", "CPU-logical", 64, gpus, bs, "DDP" if gpus > 1 else "NONE", ckpt]
+                    writer.writerow(row + [0.0 if oom else _tput(bs, gpus, ckpt), int(not oom)])
+    return path
+
+
+def _replay_study(
+    write_study, tmp_path: Path, storage_url: str | None, name: str = "replay", **patch
+) -> Path:
+    """A study of the table's configurations, answered by the replay launcher (no Ray)."""
+    table = _replay_table(tmp_path / "table.csv")
+    base = {
+        "name": name,
+        "n_trials": 8,
+        "launcher": {"kind": "replay", "table": str(table)},
+        "search_space": {
+            "parameters": {
+                "batch_size": {"values": list(TABLE_BATCHES)},
+                "number_gpus": {"values": [1, 2]},
+                "distributed_backend": "DDP",
+                "gradient_checkpointing": {"choices": [False, True]},
+            }
+        },
+    }
+    if storage_url is not None:
+        base["storage"] = storage_url
+    return write_study(merge(base, patch), name=f"{name}.yaml")
+
+
+def _measured(trials) -> list:
+    """Trials whose configuration was measured (ran, or came from the store), not free answers."""
+    from explorer.study._record import answered_without_running
+
+    return [t for t in trials if status_of(t) in ("ok", "oom") and not answered_without_running(t)]
+
+
+def test_replay_optimize_resume_and_the_store_across_studies(write_study, tmp_path, storage_url):
+    """A replayed study records the table's values, continues to a larger n_trials, and a second
+    study in the same storage is answered from the measurement store without running."""
+    import ray
+    import sqlalchemy as sa
+
+    from explorer.store import TABLE_NAME, MeasurementStore, StoreScope
+
+    a = load_study(_replay_study(write_study, tmp_path, storage_url, name="a", n_trials=6))
+    result = optimize(a, printer=lambda _: None)
+    assert result.counted == 6 and not ray.is_initialized()
+    more = optimize(load_study(a.file, n_trials=9), printer=lambda _: None)
+    assert more.counted == 9
+    study = open_study(a, create=False)
+    assert len(counted_trials(study)) == 9
+    measured = _measured(study.get_trials())
+    for t in measured:
+        c = config_of(t)
+        if status_of(t) == "ok":
+            assert t.values[0] == _tput(c.batch_size, c.number_gpus, c.gradient_checkpointing)
+        else:
+            assert (c.batch_size, c.number_gpus) == (64, 1)
+    keys = [t.user_attrs["config_key"] for t in measured]
+    assert len(keys) == len(set(keys))  # nothing measured twice
+
+    store = MeasurementStore.for_storage(open_storage(storage_url))
+    assert store is not None and store.count() == len(measured)
+    assert sa.inspect(store.engine).has_table(TABLE_NAME)
+    scope = StoreScope.for_study(a)
+    hit = store.lookup(config_key=keys[0], scope=scope)
+    assert hit is not None and (hit.study_name, hit.trial_number) == ("a", measured[0].number)
+
+    # study B enqueues A's measured configurations: all answered from the store, none run
+    b = load_study(_replay_study(write_study, tmp_path, storage_url, name="b", n_trials=len(measured)))
+    study_b = open_study(b, create=True)
+    for t in measured:
+        study_b.enqueue_trial(b.space.params_for(config_of(t)))
+    lines: list[str] = []
+    result_b = optimize(b, printer=lines.append)
+    assert result_b.statuses == {"stored": len(measured)}, lines
+    assert not any(" started: " in line for line in lines)
+    assert store.count() == len(measured)  # B measured nothing
+
+
+def test_measurement_store_put_and_lookup(storage_url):
+    from explorer.measurement import Measurement, Outcome
+    from explorer.store import MeasurementStore, StoreScope
+    from tests.builders import properties
+
+    scope = StoreScope(workload_key="w" * 16, hardware_key="h" * 16)
+    store = MeasurementStore.for_storage(open_storage(storage_url))
+    assert store is not None
+    ok = Measurement(outcome=Outcome.OK, properties=properties(123.5), wall_seconds=7.0, extra={"node": "n1"})
+    for n, m in enumerate([ok, Measurement(outcome=Outcome.OOM, error="out of memory")]):
+        store.put(config_key=f"cfg{n}", scope=scope, measurement=m, study_name="a", trial_number=n)
+    newer = Measurement(outcome=Outcome.OK, properties=properties(130.0), wall_seconds=6.0)
+    store.put(config_key="cfg0", scope=scope, measurement=newer, study_name="b", trial_number=5)
+    hit = store.lookup(config_key="cfg0", scope=scope)
+    assert hit is not None and hit.measurement == newer and (hit.study_name, hit.trial_number) == ("b", 5)
+    oom = store.lookup(config_key="cfg1", scope=scope)
+    assert oom is not None and oom.measurement.outcome is Outcome.OOM
+    assert store.lookup(config_key="cfg2", scope=scope) is None
+    # a second handle on the same database (another process would open it so) finds the same rows
+    assert MeasurementStore.for_storage(open_storage(storage_url)).count() == 3  # type: ignore[union-attr]
