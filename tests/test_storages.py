@@ -394,3 +394,132 @@ def test_measurement_store_put_and_lookup(storage_url):
     assert store.lookup(config_key="cfg2", scope=scope) is None
     # a second handle on the same database (another process would open it so) finds the same rows
     assert MeasurementStore.for_storage(open_storage(storage_url)).count() == 3  # type: ignore[union-attr]
+
+
+# -- PostgreSQL only: two drivers on one study, and credentials ------------------------------------
+
+
+def _explorer(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "explorer", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+
+
+def test_two_optimize_processes_share_one_postgresql_study(write_study, tmp_path, postgres_url):
+    """Two ``explorer optimize`` processes started at once on one study (same sampler seed, so
+    they propose the same configurations): together exactly ``n_trials`` counted trials, no
+    configuration measured twice, nothing left RUNNING, and both did some of the work."""
+    path = _replay_study(
+        write_study,
+        tmp_path,
+        postgres_url,
+        n_trials=10,
+        parallel_trials=2,
+        launcher={"durations": {"ok_s": 1.5, "oom_s": 0.5, "failed_s": 0.5, "wall_clock": True}},
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "explorer", "optimize", str(path)]
+    logs = [tmp_path / f"driver{i}.log" for i in (0, 1)]
+    drivers = []
+    for log in logs:
+        with log.open("wb") as fh:  # a file, not a pipe nobody reads
+            drivers.append(subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO))
+    codes = [d.wait(timeout=300) for d in drivers]
+    outputs = [log.read_text() for log in logs]
+    assert codes == [0, 0], outputs
+
+    study = open_study(load_study(path), create=False)
+    trials = study.get_trials()
+    assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING], outputs
+    assert len(counted_trials(study)) == 10, outputs
+    keys = [t.user_attrs["config_key"] for t in _measured(trials)]
+    assert len(keys) == len(set(keys)), outputs  # no configuration measured twice
+    pids = {d.pid for d in drivers}
+    workers = {t.user_attrs["driver"]["pid"] for t in counted_trials(study)}
+    assert workers == pids, outputs  # both drivers ran counted trials
+    for t in trials:  # a trial that waited for another's answer copies it, it did not run
+        if "waits_for" in t.user_attrs and t.user_attrs["waits_for"] is not None:
+            assert "reused_from" in t.user_attrs or status_of(t) == "interrupted", t.user_attrs
+    assert all(PASSWORD not in out for out in outputs)
+
+
+def _no_password_anywhere(root: Path, texts: list[str], password: str) -> None:
+    leaks = [i for i, text in enumerate(texts) if password in text]
+    assert not leaks, [texts[i] for i in leaks]
+    for f in root.rglob("*"):
+        if f.is_file():
+            assert password.encode() not in f.read_bytes(), f
+
+
+def _database_text(url: str) -> str:
+    """Every row of every table of the database behind ``url``, as text."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            tables = sa.inspect(conn).get_table_names()
+            return "\n".join(
+                str(row) for table in tables for row in conn.execute(sa.text(f'SELECT * FROM "{table}"'))
+            )
+    finally:
+        engine.dispose()
+
+
+def test_credentials_never_leave_the_url(write_study, tmp_path, postgres_server, postgres_url):
+    """The password of a PostgreSQL URL (on the command line, or in ``PGPASSWORD``) appears in
+    no output, error line, file written (exports, report, best, logs) or stored attribute."""
+    path = _replay_study(write_study, tmp_path, None, n_trials=5)  # the study file names no storage
+    out = tmp_path / "out"
+    runs = [
+        _explorer("optimize", str(path), "--storage", postgres_url),
+        _explorer("status", str(path), "--storage", postgres_url),
+        _explorer(
+            "export", str(path), "--storage", postgres_url, "--format", "csv", "--out", str(out / "t.csv")
+        ),
+        _explorer(
+            "export", str(path), "--storage", postgres_url, "--format", "json", "--out", str(out / "t.json")
+        ),
+        _explorer("report", str(path), "--storage", postgres_url, "--out", str(out / "report")),
+        _explorer("best", str(path), "--storage", postgres_url, "--out", str(out / "best")),
+        _explorer("utilization", str(path), "--storage", postgres_url),
+    ]
+    assert [r.returncode for r in runs] == [0] * len(runs), [r.stdout + r.stderr for r in runs]
+    masked = mask_url(postgres_url)
+    assert "***" in masked and masked in runs[0].stdout  # the URL is shown, its password masked
+    assert (out / "t.csv").is_file() and (out / "report" / "index.html").is_file()
+    assert masked in (out / "report" / "index.html").read_text()
+    assert any((out / "best").iterdir())
+
+    # the password in the environment (libpq reads PGPASSWORD), the URL without it
+    bare = postgres_url.replace(f":{PASSWORD}@", "@")
+    assert PASSWORD not in bare
+    with_env = _explorer(
+        "optimize", str(path), "--storage", bare, "--n-trials", "6", env={"PGPASSWORD": PASSWORD}
+    )
+    assert with_env.returncode == 0, with_env.stdout + with_env.stderr
+    assert "6/6 trials done" in with_env.stdout or "[  6/6]" in with_env.stdout, with_env.stdout
+    without = _explorer(
+        "status", str(path), "--storage", bare, env={"PGPASSWORD": "", "PGPASSFILE": str(tmp_path / "no-pgpass")}
+    )
+    assert without.returncode == 2 and without.stderr.count("\n") == 1, without.stderr
+    assert "no password supplied" in without.stderr and "Traceback" not in without.stderr
+
+    # error lines: a wrong password and a study that is not there
+    wrong = postgres_url.replace(PASSWORD, "wr0ng-pw-31d5")
+    bad = _explorer("optimize", str(path), "--storage", wrong)
+    assert bad.returncode == 2 and "cannot reach" in bad.stderr and "Traceback" not in bad.stderr
+    assert "wr0ng-pw-31d5" not in bad.stdout + bad.stderr
+    missing = _explorer("status", str(path), "--storage", postgres_server.url("postgres"))
+    assert missing.returncode == 2 and "no study" in missing.stderr
+
+    texts = [r.stdout + r.stderr for r in [*runs, with_env, without, bad, missing]]
+    _no_password_anywhere(tmp_path, texts, PASSWORD)
+    assert PASSWORD not in _database_text(postgres_url)  # user attrs, system attrs, the store
