@@ -224,7 +224,8 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
         and "top 5:" in rerun.stdout
         and f"optuna-dashboard {mask_url(storage_url)}" in rerun.stdout
     )
-    assert PASSWORD not in rerun.stdout + rerun.stderr + (tmp_path / "driver.log").read_text()
+    output = rerun.stdout + rerun.stderr + (tmp_path / "driver.log").read_text()
+    _no_password_anywhere(loaded.output_dir, [output], PASSWORD)  # trial logs included
     study = open_study(loaded, create=False)
     trials = study.get_trials()
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
@@ -507,7 +508,11 @@ def test_credentials_never_leave_the_url(write_study, tmp_path, postgres_server,
     assert with_env.returncode == 0, with_env.stdout + with_env.stderr
     assert "6/6 trials done" in with_env.stdout or "[  6/6]" in with_env.stdout, with_env.stdout
     without = _explorer(
-        "status", str(path), "--storage", bare, env={"PGPASSWORD": "", "PGPASSFILE": str(tmp_path / "no-pgpass")}
+        "status",
+        str(path),
+        "--storage",
+        bare,
+        env={"PGPASSWORD": "", "PGPASSFILE": str(tmp_path / "no-pgpass")},
     )
     assert without.returncode == 2 and without.stderr.count("\n") == 1, without.stderr
     assert "no password supplied" in without.stderr and "Traceback" not in without.stderr
