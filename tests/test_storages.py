@@ -197,6 +197,8 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
             try:
                 study = open_study(loaded, create=False)
                 running = study.get_trials(states=(optuna.trial.TrialState.RUNNING,))
+                # asked and tagged are two commits: wait for the tag (config_key, driver)
+                running = [t for t in running if "config_key" in t.user_attrs]
             except Exception:  # the study may not exist yet, or the database is busy
                 running = []
             if running and _worker_pids(before):
