@@ -1,4 +1,5 @@
-# The two set-up commands of the README. Each installs what it needs into .venv first.
+# The two set-up commands of the README. Each installs what it needs into .venv first
+# (make test also the PostgreSQL server binaries the suite starts a throwaway server from).
 .PHONY: quickstart test test-all lint
 
 quickstart:
@@ -7,10 +8,12 @@ quickstart:
 
 test:
 	bash scripts/bootstrap.sh '[test]'
+	bash scripts/postgres.sh install
 	.venv/bin/python -m pytest -q
 
 test-all:
 	bash scripts/bootstrap.sh '[test]'
+	bash scripts/postgres.sh install
 	.venv/bin/python -m pytest -q -m "not gpu"
 
 lint:

@@ -27,6 +27,8 @@ REASON_CHARS = 80
 RETRIES = 5
 _BUSY = ("database is locked", "database is busy", "readonly database", "no such table")
 """sqlite's words for a file another process is writing (or still creating Optuna's tables in)."""
+_NO_SCHEMA = "UndefinedTable"
+"""PostgreSQL's error when the database has no Optuna tables (so no study)."""
 
 
 def readonly_url(url: str, *, file: str = "storage") -> str:
@@ -64,12 +66,16 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     import sqlalchemy
 
     from explorer.study import mask_url
+    from explorer.study._storage import redact
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = readonly_url(loaded.storage_url, file=str(loaded.file))
     sqlite = url.startswith("sqlite")
     connect_args = {"timeout": 10} if sqlite else {"connect_timeout": 10}
     where = mask_url(loaded.storage_url)
+    missing = SpecError(
+        file=str(loaded.file), field="name", problem=f"no study {loaded.spec.name!r} in {where}"
+    )
     for attempt in range(RETRIES):
         try:
             storage = optuna.storages.RDBStorage(
@@ -80,17 +86,22 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
             )
             return optuna.load_study(study_name=loaded.spec.name, storage=storage)
         except KeyError:  # optuna: "Record does not exist."
+            raise missing from None
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            # Optuna wraps a driver's error (a refused password, say) in StorageInternalError
+            cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else exc
+            text = str(cause or exc)
+            if any(m in text for m in _BUSY) and attempt < RETRIES - 1:
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            if _NO_SCHEMA in text:  # PostgreSQL: a database without Optuna's tables
+                raise missing from None
+            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
             raise SpecError(
-                file=str(loaded.file), field="name", problem=f"no study {loaded.spec.name!r} in {where}"
+                file=str(loaded.file),
+                field="storage",
+                problem=f"cannot read {where}: {redact(first, loaded.storage_url)}",
             ) from None
-        except sqlalchemy.exc.OperationalError as exc:
-            text = str(exc)
-            if not any(m in text for m in _BUSY) or attempt == RETRIES - 1:
-                first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-                raise SpecError(
-                    file=str(loaded.file), field="storage", problem=f"cannot read {where}: {first}"
-                ) from None
-            time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
 
 

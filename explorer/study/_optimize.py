@@ -18,9 +18,11 @@ from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
 from explorer.study._objectives import SECOND_OBJECTIVES, Direction, best_feasible, objective_value
+from explorer.study._peers import WAITS_FOR, occupancy, running_elsewhere, settled, turn
 from explorer.study._proposals import propose_neighbour, propose_unanswered
 from explorer.study._record import (
     OBJECTIVE,
+    answered_without_running,
     counted_trials,
     frozen,
     record_driver,
@@ -264,6 +266,7 @@ def optimize(
         launcher = launcher_for(loaded, output_dir=loaded.output_dir)
     in_flight: dict[int, _InFlight] = {}
     twins: dict[str, list[_InFlight]] = {}  # proposals of a configuration already in flight or pending
+    remote: list[tuple[_InFlight, optuna.trial.FrozenTrial]] = []  # waiting for another driver's trial
     pending: list[_InFlight] = []  # asked, valid, waiting for GPUs to free up; oldest first
     best: tuple[float, int] | None = _best(study)
     known = Known.from_study(study)
@@ -286,6 +289,8 @@ def optimize(
 
     try:
         while True:
+            if remote:
+                _settle_remote(study, remote, pending, known, printer)
             if progress is not None:
                 progress.update(
                     done=done, total=spec.n_trials, running=len(in_flight), queued=len(pending), best=best
@@ -318,21 +323,17 @@ def optimize(
                 and launcher.fits(1)
                 and pending[0].passed_over < spec.max_passed_over
             )
-            if (
-                wanted
-                and room
-                and not (timed_out or exhausted)
-                and done + len(in_flight) + len(pending) < spec.n_trials
-            ):
-                waiting = [*in_flight.values(), *pending]
-                if spec.when_converged == "explore" and reuse_streak >= EXPLORE_AFTER:
-                    propose_unanswered(study, loaded, known, (f.config for f in waiting), valid_configs)
-                elif local is not None:
-                    propose_neighbour(study, loaded, local, known, (f.config for f in waiting))
-                trial = study.ask()
-                config = loaded.space.suggest(trial)
-                attempt = int(trial.user_attrs.get("attempt", 0))
-                record_driver(trial, config, attempt)
+            asked = None
+            if wanted and room and not (timed_out or exhausted):
+                with turn(study):  # one driver at a time asks (PostgreSQL: other drivers may share the study)
+                    occupied = occupancy(study, known)
+                    done = occupied.counted
+                    if occupied.left(spec.n_trials) > 0:
+                        asked = _ask(
+                            study, loaded, known, local, valid_configs, in_flight, pending, reuse_streak
+                        )
+            if asked is not None:
+                trial, config, attempt, elsewhere = asked
                 source = known.measured.get(config.key())
                 if source is not None:
                     status = record_reuse(study, trial, source)
@@ -340,8 +341,17 @@ def optimize(
                         reuse_streak, trial.number, status, config, f"reused trial {source.number}"
                     )
                     continue
+                if elsewhere is not None:  # another driver measures it now: wait for that answer
+                    remote.append((_InFlight(trial, config, attempt), elsewhere))
+                    reuse_streak += 1
+                    printer(
+                        f"        trial {trial.number} waits for trial {elsewhere.number}: same configuration,"
+                        " measured by another explorer process"
+                    )
+                    continue
                 busy = next((f for f in [*in_flight.values(), *pending] if f.config == config), None)
                 if busy is not None:  # the same configuration is running or waiting: wait for its answer
+                    set_user_attrs(trial, {WAITS_FOR: busy.trial.number})
                     twins.setdefault(config.key(), []).append(_InFlight(trial, config, attempt))
                     reuse_streak += 1
                     printer(
@@ -385,7 +395,10 @@ def optimize(
                 pending.append(_InFlight(trial, config, attempt))
                 continue
             if not in_flight and not pending:
-                break
+                if not remote:
+                    break
+                time.sleep(0.5)  # only answers of other drivers are awaited
+                continue
             for number, measurement in launcher.wait(timeout_s=1.0):
                 flight = in_flight.pop(number)
                 if journal is not None:
@@ -413,7 +426,12 @@ def optimize(
                     same[0].attempt = flight.attempt + 1
                     set_user_attrs(
                         same[0].trial,
-                        {"attempt": same[0].attempt, "requeued_from": number, "requeued_why": "failed"},
+                        {
+                            "attempt": same[0].attempt,
+                            "requeued_from": number,
+                            "requeued_why": "failed",
+                            WAITS_FOR: None,
+                        },
                     )
                     pending.append(same[0])
                     if same[1:]:
@@ -435,7 +453,8 @@ def optimize(
                 printer(_line(done, spec.n_trials, number, status, describe(flight.config), detail, best))
     except KeyboardInterrupt:
         printer("interrupted: in-flight trials are marked interrupted and re-run on resume")
-        _abandon(study, [*in_flight.values(), *pending, *(t for ts in twins.values() for t in ts)])
+        twins_waiting = [t for ts in twins.values() for t in ts] + [f for f, _ in remote]
+        _abandon(study, [*in_flight.values(), *pending, *twins_waiting])
         raise
     finally:
         if owns_launcher and launcher_started:
@@ -452,6 +471,7 @@ def optimize(
             else (status_of(t) or t.state.name.lower())
         )
         statuses[s] = statuses.get(s, 0) + 1
+    done = len(counted_trials(study))  # by every driver of the study
     return OptimizeResult(
         study_name=spec.name,
         storage_url=loaded.storage_url,
@@ -460,6 +480,67 @@ def optimize(
         wall_seconds=time.monotonic() - started,
         statuses=statuses,
     )
+
+
+def _ask(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    known: Known,
+    local: LocalSearch | None,
+    valid_configs: list[TrialConfig],
+    in_flight: dict[int, _InFlight],
+    pending: list[_InFlight],
+    reuse_streak: int,
+) -> tuple[optuna.Trial, TrialConfig, int, optuna.trial.FrozenTrial | None]:
+    """Propose, ask and tag a trial (in the driver's turn); returns it, its configuration, its
+    attempt, and the trial of another driver measuring that configuration right now, if any (the
+    new trial is then tagged as waiting for it)."""
+    spec = loaded.spec
+    waiting = [*in_flight.values(), *pending]
+    if spec.when_converged == "explore" and reuse_streak >= EXPLORE_AFTER:
+        propose_unanswered(study, loaded, known, (f.config for f in waiting), valid_configs)
+    elif local is not None:
+        propose_neighbour(study, loaded, local, known, (f.config for f in waiting))
+    trial = study.ask()
+    config = loaded.space.suggest(trial)
+    attempt = int(trial.user_attrs.get("attempt", 0))
+    record_driver(trial, config, attempt)
+    elsewhere = running_elsewhere(study, known, config.key())
+    if elsewhere is not None and config.key() not in known.measured:
+        set_user_attrs(trial, {WAITS_FOR: elsewhere.number})
+        return trial, config, attempt, elsewhere
+    return trial, config, attempt, None
+
+
+def _settle_remote(
+    study: optuna.Study,
+    remote: list[tuple[_InFlight, optuna.trial.FrozenTrial]],
+    pending: list[_InFlight],
+    known: Known,
+    printer: Printer,
+) -> None:
+    """Answer the trials waiting for another driver's trial that has ended: reused from its
+    measurement (ok, oom), failed like it (failed for good), or else (retried, interrupted, its
+    driver died) run here."""
+    for entry in list(remote):
+        flight, source = entry
+        now = settled(study, source)
+        if now is None:
+            continue
+        remote.remove(entry)
+        status = status_of(now)
+        if now.state.is_finished() and status in ("ok", "oom"):
+            origin = known.measured.get(flight.config.key())
+            if origin is None and not answered_without_running(now):
+                known.learn(now, flight.config)
+                origin = now
+            record_reuse(study, flight.trial, origin or now)
+            printer(f"        trial {flight.trial.number} {status}: reused trial {(origin or now).number}")
+        elif now.state.is_finished() and status == "failed":
+            _fail_as(study, flight, now.number)
+        else:
+            set_user_attrs(flight.trial, {WAITS_FOR: None})
+            pending.append(flight)
 
 
 def _fail_as(study: optuna.Study, twin: _InFlight, number: int) -> None:

@@ -10,10 +10,10 @@ from explorer.errors import SpecError
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["mask_url", "open_storage"]
+__all__ = ["mask_url", "open_storage", "redact"]
 
-_CREATED_BY_ANOTHER = ("already exists", "UNIQUE constraint failed")
-"""sqlite's words when another process created Optuna's schema at the same moment."""
+_CREATED_BY_ANOTHER = ("already exists", "UNIQUE constraint failed", "duplicate key value violates unique")
+"""sqlite's and PostgreSQL's words when another process created Optuna's schema at the same moment."""
 
 
 def mask_url(url: str) -> str:
@@ -21,6 +21,14 @@ def mask_url(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     return make_url(url).render_as_string(hide_password=True)
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` (a driver's error message, say) with the password of ``url`` replaced by ``***``."""
+    from sqlalchemy.engine import make_url
+
+    password = make_url(url).password
+    return text.replace(str(password), "***") if password else text
 
 
 def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RDBStorage:
@@ -56,13 +64,18 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
                 probe.dispose()
     except Exception as exc:  # any driver error means "unreachable": report it as one line
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpecError(file=field_file, field="", problem=f"cannot reach {mask_url(url)}: {first}") from None
+        problem = f"cannot reach {mask_url(url)}: {redact(first, url)}"
+        raise SpecError(file=field_file, field="", problem=problem) from None
     for attempt in range(3):
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
-        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as exc:
-            # Processes creating Optuna's tables in a fresh file at once (`optimize` and a reader
-            # polling it): the loser's CREATE TABLE finds the winner's table, or its version row
+        except (
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.ProgrammingError,
+        ) as exc:
+            # Processes creating Optuna's tables in a fresh file (or database) at once
+            # (`optimize` and a reader polling it, or two drivers): the loser's CREATE TABLE finds the winner's table, or its version row
             # is already there. The schema exists now, so open again.
             if not any(m in str(exc) for m in _CREATED_BY_ANOTHER) or attempt == 2:
                 raise
