@@ -15,7 +15,7 @@ absolute, so its output folder (the write-ahead files the audit checks) starts e
 The JSON holds the audit, the phases (exit codes, counted trials when signalled, seconds) and one
 row per Optuna trial, from which ``tests/test_benchmark_results.py`` recomputes the counts.
 
-    .venv/bin/python benchmarks/fault_injection.py [--study S] [--storage URL] [--json PATH]
+    .venv/bin/python benchmarks/fault_injection.py [--study S] [--storage URL | --postgres] [--json PATH]
     .venv/bin/python benchmarks/fault_injection.py --study studies/quickstart-faults.yaml \\
         --kill-at 0 --interrupt-at 0 --json benchmarks/results/fault_injection_quickstart.json
 """
@@ -163,14 +163,34 @@ def main() -> int:
     parser.add_argument("--study", type=Path, default=STUDY)
     parser.add_argument("--storage", help="SQLAlchemy URL (default: a sqlite file in a temporary folder)")
     parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="start a PostgreSQL server on 127.0.0.1 for the run (as the tests do: tests/_postgres.py)",
+    )
+    parser.add_argument(
         "--kill-at", type=int, default=30, help="SIGKILL once this many trials count (0: no kill)"
     )
     parser.add_argument("--interrupt-at", type=int, default=60, help="SIGINT once this many count (0: none)")
     parser.add_argument("--json", type=Path, default=OUT)
     args = parser.parse_args()
-    result = run(
-        args.study.resolve(), storage=args.storage, kill_at=args.kill_at, interrupt_at=args.interrupt_at
-    )
+    server = None
+    storage = args.storage
+    if args.postgres:
+        from tests._postgres import PostgresServer, find_bindir
+
+        bindir = find_bindir()
+        if bindir is None:
+            raise SystemExit("no PostgreSQL binaries: run scripts/postgres.sh install")
+        server = PostgresServer(bindir)
+        server.start()
+        storage = server.url(server.create_database())
+    try:
+        result = run(
+            args.study.resolve(), storage=storage, kill_at=args.kill_at, interrupt_at=args.interrupt_at
+        )
+    finally:
+        if server is not None:
+            server.stop()
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=1) + "\n")
     a = result["audit"]

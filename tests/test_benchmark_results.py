@@ -201,3 +201,42 @@ def test_memory_prior_figures_recompute_from_the_cpu_table():
     again = json.loads(json.dumps(module.evaluate(RESULTS / "tables" / "cpu-quickstart.csv")))
     assert again == committed
     assert committed["by_size"]["20"]["feasible_predicted_oom"] < 0.01
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fault_injection",
+        "fault_injection_postgresql",
+        "fault_injection_quickstart",
+        "fault_injection_quickstart_signals",
+    ],
+)
+def test_fault_injection_counts_recompute_from_the_trial_rows(name):
+    """The chaos runs' audit counts follow from the stored trials alone: counted trials by final
+    state, the other records by kind, faults by kind and outcome; none RUNNING or WAITING."""
+    from collections import Counter
+
+    data = json.loads((RESULTS / f"{name}.json").read_text())
+    rows = data["trials"]
+    free = [r for r in rows if r["reused_from"] is not None or r["inferred_from"] is not None]
+    counted = [r for r in rows if r["status"] in ("ok", "oom", "invalid", "failed") and r not in free]
+    final = {"ok": "feasible", "oom": "infeasible", "invalid": "infeasible", "failed": "failed"}
+    audit = data["audit"]
+    assert audit["ok"] and audit["problems"] == []
+    assert len(counted) == audit["counted"] == audit["n_trials"]
+    assert dict(Counter(final[r["status"]] for r in counted)) == audit["states"]
+    other = Counter("reused" if r["reused_from"] is not None else "inferred" for r in free)
+    other.update(r["status"] for r in rows if r["status"] in ("retry", "interrupted", "abandoned"))
+    other.update("recovered" for r in counted if r["recovered"])
+    assert dict(other) == audit["bookkeeping"]
+    faults: dict[str, Counter] = {}
+    for r in rows:
+        if r["injected_fault"]:
+            faults.setdefault(r["injected_fault"], Counter())[r["status"]] += 1
+    assert {k: dict(v) for k, v in faults.items()} == audit["faults"]
+    assert not [r for r in rows if r["state"] in ("RUNNING", "WAITING")]
+    assert data["lost_measurements"] == 0 and data["stuck_running"] == 0
+    for phase in data["phases"]:
+        assert not phase["traceback"]
+        assert phase["exit"] == {"SIGKILL": -9, "SIGINT": 130, None: 0}[phase["signal"]]

@@ -40,9 +40,11 @@ def _table(path: Path) -> Path:
     return path
 
 
-def _study(write_study, tmp_path: Path, *, faults: dict, n_trials: int = 12, **patch) -> Path:
+def _study(
+    write_study, tmp_path: Path, *, faults: dict, n_trials: int = 12, storage: str | None = None, **patch
+) -> Path:
     base = {
-        "storage": f"sqlite:///{tmp_path}/faults.db",
+        "storage": storage or f"sqlite:///{tmp_path}/faults.db",
         "sampler": {"kind": "random", "seed": 0},
         "n_trials": n_trials,
         "parallel_trials": 4,
@@ -78,7 +80,7 @@ def _audit(path: Path):
     )
 
 
-def test_each_fault_ends_as_defined_and_is_retried(write_study, tmp_path):
+def test_each_fault_ends_as_defined_and_is_retried(write_study, tmp_path, storage_url):
     """Trials 0-4 (asked at once) get one fault each; OOM is infeasible, every other fault fails
     the attempt, whose configuration then runs again (``requeued_from``) and is measured."""
     plan = {0: "oom", 1: "crash", 2: "segfault", 3: "hang", 4: "actor_kill"}
@@ -86,6 +88,7 @@ def test_each_fault_ends_as_defined_and_is_retried(write_study, tmp_path):
         write_study,
         tmp_path,
         faults={"schedule": plan, "kill_after_s": 10.0},
+        storage=storage_url,
         parallel_trials=5,
         resources={"gpus_per_node": 10},
     )
@@ -238,13 +241,14 @@ def _explorer(path: Path) -> subprocess.Popen:
     )
 
 
-def test_sigkill_and_sigint_of_the_driver_then_resume_lose_nothing(write_study, tmp_path):
+def test_sigkill_and_sigint_of_the_driver_then_resume_lose_nothing(write_study, tmp_path, storage_url):
     """40 counted trials, 20% with faults, paced in real time; the driver is SIGKILLed after 10,
     resumed, interrupted with SIGINT after 25, and resumed again to the end."""
     path = _study(
         write_study,
         tmp_path,
         n_trials=40,
+        storage=storage_url,
         faults={"rate": 0.2, "retry_rate": 0.3, "seed": 1, "kill_after_s": 15.0},
         launcher={
             "kind": "replay",
