@@ -101,6 +101,7 @@ def _phase(
         "exit": proc.returncode,
         "seconds": round(time.monotonic() - started, 2),
         "traceback": "Traceback" in out,
+        "traceback_text": out[out.index("Traceback") - 200 :][:4000] if "Traceback" in out else None,
         "resume_lines": [line for line in out.splitlines() if line.startswith(("resume:", "interrupted:"))],
         "tail": out.splitlines()[-3:],
     }

@@ -16,11 +16,14 @@ allows and is then failed for good.
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import optuna
+
     from explorer.spec import FaultKind, FaultSpec
 
 __all__ = [
@@ -28,6 +31,7 @@ __all__ = [
     "WORKER_FAULTS",
     "InjectedFault",
     "expected_status",
+    "first_launches",
     "pick_fault",
 ]
 
@@ -54,23 +58,51 @@ class InjectedFault:
         return cls(kind=data["kind"], at_step=int(data["at_step"]), kill_after_s=float(data["kill_after_s"]))
 
 
-def pick_fault(spec: FaultSpec | None, *, trial_number: int, attempt: int) -> InjectedFault | None:
-    """The fault trial ``trial_number`` gets on its ``attempt`` (0: first), or ``None``.
+def pick_fault(
+    spec: FaultSpec | None, *, trial_number: int, attempt: int, launch: int
+) -> InjectedFault | None:
+    """The fault an attempt gets, or ``None``.
 
-    Drawn from ``spec.seed`` and the trial number alone, so the same study injects the same faults
-    whatever ran before (a resumed study included).
+    Args:
+        trial_number: the Optuna trial (``schedule`` is keyed by it; retries draw by it).
+        attempt: 0 for a configuration's first attempt, then 1, 2, ... for its retries.
+        launch: how many first attempts the study launched before this one.
+
+    First attempts are given faults by their launch order, evenly: of any ``k`` launched in a row,
+    ``rate * k`` (rounded down or up) get one, and the kinds take turns, so a run of 100 trials at
+    rate 0.2 injects exactly 20 faults of every kind (answers given without launching, such as a
+    reused measurement or an inferred OOM, take no turn). The phase and the first kind come from
+    ``seed``. Retries draw by ``seed`` and trial number at ``retry_rate``.
     """
     if spec is None:
         return None
     if attempt == 0 and trial_number in spec.schedule:
-        return InjectedFault(
-            kind=spec.schedule[trial_number], at_step=spec.at_step, kill_after_s=spec.kill_after_s
-        )
-    rng = random.Random(f"fault:{spec.seed}:{trial_number}")
-    rate = spec.rate if attempt == 0 else spec.retry_rate
-    if rng.random() >= rate:
-        return None
-    return InjectedFault(kind=rng.choice(spec.kinds), at_step=spec.at_step, kill_after_s=spec.kill_after_s)
+        kind = spec.schedule[trial_number]
+    elif attempt == 0:
+        phase = random.Random(f"fault:{spec.seed}").random()
+        turn = math.floor(launch * spec.rate + phase)
+        if math.floor((launch + 1) * spec.rate + phase) == turn:
+            return None
+        kind = spec.kinds[(turn + spec.seed) % len(spec.kinds)]
+    else:
+        rng = random.Random(f"fault:{spec.seed}:{trial_number}:{attempt}")
+        if rng.random() >= spec.retry_rate:
+            return None
+        kind = rng.choice(spec.kinds)
+    return InjectedFault(kind=kind, at_step=spec.at_step, kill_after_s=spec.kill_after_s)
+
+
+def first_launches(study: optuna.Study) -> int:
+    """First attempts the study has launched (its trials that ran or were running, not retries)."""
+    launched = ("ok", "oom", "failed", "retry", "interrupted")
+    free = ("reused_from", "inferred_from", "reused_from_store")
+    return sum(
+        1
+        for t in study.get_trials(deepcopy=False)
+        if t.user_attrs.get("status") in launched
+        and int(t.user_attrs.get("attempt", 0)) == 0
+        and not any(k in t.user_attrs for k in free)
+    )
 
 
 def expected_status(kind: str, *, retried: bool) -> str:

@@ -281,3 +281,43 @@ def test_sigkill_and_sigint_of_the_driver_then_resume_lose_nothing(write_study, 
     assert found.bookkeeping["interrupted"] >= 1
     assert sum(found.states.values()) == 40
     assert sum(sum(c.values()) for c in found.faults.values()) >= 4
+
+
+def test_first_attempts_get_faults_evenly_and_in_turn():
+    """Of any 100 launches in a row at rate 0.2, exactly 20 get a fault, every kind 3 or 4 times;
+    the schedule overrides; retries draw by trial number at retry_rate."""
+    from collections import Counter
+
+    from explorer.fault import pick_fault
+    from explorer.spec import FAULT_KINDS, FaultSpec
+
+    spec = FaultSpec(rate=0.2, seed=1, schedule={7: "hang"})
+    for start in (0, 13, 250):
+        kinds = Counter(
+            f.kind
+            for n in range(start, start + 100)
+            if (f := pick_fault(spec, trial_number=10_000, attempt=0, launch=n)) is not None
+        )
+        assert sum(kinds.values()) == 20 and set(kinds) == set(FAULT_KINDS)
+        assert set(kinds.values()) <= {3, 4}
+    fault = pick_fault(spec, trial_number=7, attempt=0, launch=3)
+    assert fault is not None and fault.kind == "hang"
+    assert pick_fault(spec, trial_number=7, attempt=1, launch=3) is None  # retry_rate 0
+    again = FaultSpec(rate=0.0, retry_rate=0.5, seed=2)
+    retried = [pick_fault(again, trial_number=n, attempt=1, launch=0) for n in range(200)]
+    assert 70 < sum(f is not None for f in retried) < 130
+    assert retried == [pick_fault(again, trial_number=n, attempt=1, launch=0) for n in range(200)]
+
+
+def test_the_first_sigint_is_a_request_the_second_stops_at_once():
+    from explorer.study._interrupt import StopRequest
+
+    before = signal.getsignal(signal.SIGINT)
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs between bytecodes
+        assert stop.requested  # and nothing was raised
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1.0)
+    assert signal.getsignal(signal.SIGINT) is before

@@ -333,8 +333,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = ("oom", "crash", "segfault", "hang", "actor
 class FaultSpec(_Spec):
     """Fault injection, to test explorer itself (a chaos run); leave it out of real studies.
 
-    Whether a trial gets a fault, and which, is drawn from ``seed`` and the trial's number, so a
-    rerun injects the same faults. The faults are real on the Ray launcher and simulated on the
+    First attempts get faults evenly by launch order (``rate`` of them, the kinds in turn), retries
+    by a draw from ``seed`` and the trial number (:func:`explorer.fault.pick_fault`). The faults are real on the Ray launcher and simulated on the
     replay launcher (see :mod:`explorer.fault`):
 
     * ``oom``: every rank allocates far more than the device holds (a real allocator failure);
@@ -346,13 +346,13 @@ class FaultSpec(_Spec):
     """
 
     rate: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
-    """Share of first attempts given a fault."""
+    """Share of launched first attempts given a fault (every ``1/rate``-th, the kinds in turn)."""
     schedule: dict[NonNegativeInt, FaultKind] = Field(default_factory=dict)
     """Trial number -> the fault its first attempt gets, whatever ``rate`` draws (a test's plan)."""
     retry_rate: float = Field(default=0.0, ge=0.0, le=1.0, strict=True)
     """Share of retries (attempt 2 and later) given a fault, so that some run out of retries."""
     kinds: list[FaultKind] = Field(default_factory=lambda: list(FAULT_KINDS), min_length=1)
-    """The faults to draw from, each equally likely."""
+    """The faults to inject, in turn."""
     seed: Int = 0
     at_step: NonNegativeInt = 1
     """Worker faults strike as this optimizer step begins (0: the first), after the model is built."""

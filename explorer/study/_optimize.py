@@ -8,11 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from explorer.fault import pick_fault
+from explorer.fault import first_launches, pick_fault
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy
 from explorer.study._inference import inferred_oom
+from explorer.study._interrupt import StopRequest
 from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
@@ -279,6 +280,7 @@ def optimize(
     reuse_streak = 0
     launcher_started = False
     last_sweep = time.monotonic()
+    launches = first_launches(study) if spec.faults is not None else 0  # first attempts launched so far
 
     def answered(streak: int, number: int, status: str, config: TrialConfig, why: str) -> int:
         """Print a proposal answered without running (reused or inferred); returns the new streak."""
@@ -287,8 +289,11 @@ def optimize(
             printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
         return streak + 1
 
+    stop = StopRequest().__enter__()  # Ctrl-C: a flag checked each time round
     try:
         while True:
+            if stop.requested:
+                raise KeyboardInterrupt
             if remote:
                 _settle_remote(study, remote, pending, known, printer)
             if progress is not None:
@@ -307,7 +312,10 @@ def optimize(
                 if not launcher_started:
                     launcher.start()
                     launcher_started = True
-                fault = pick_fault(spec.faults, trial_number=flight.trial.number, attempt=flight.attempt)
+                fault = pick_fault(
+                    spec.faults, trial_number=flight.trial.number, attempt=flight.attempt, launch=launches
+                )
+                launches += flight.attempt == 0
                 if fault is not None:
                     set_user_attrs(flight.trial, {"injected_fault": fault.kind})
                 launcher.submit(
@@ -459,6 +467,7 @@ def optimize(
     finally:
         if owns_launcher and launcher_started:
             launcher.shutdown()
+        stop.__exit__(None, None, None)
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         s = (
