@@ -1,6 +1,7 @@
 """GPU integration suite: the CUDA path of the same functions. Never run in this project's CI.
 
-Passed 4 of 4 on one H100 (torch 2.11+cu130, transformers 5.17); see the README. With one GPU,
+Passed 4 of 4 on one H100 (torch 2.11+cu130, transformers 5.17), and 6 of 6 with the injected-fault
+cases in a later session; see the README. With one GPU,
 the DDP and FSDP cases run as one-process trials.
 
 Run on a machine with NVIDIA GPUs (a CUDA build of torch and nvidia-ml-py installed):
@@ -12,6 +13,8 @@ default ``-m 'not slow and not gpu'``, never skipped.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -64,3 +67,23 @@ def test_cuda_oom_under_the_memory_cap(make_job, tmp_path):
     )
     m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=600)
     assert m.outcome is Outcome.OOM, m.error
+
+
+@pytest.mark.parametrize("kind", ["oom", "crash"])
+def test_injected_faults_on_cuda(kind, make_job, tmp_path):
+    """The chaos faults' CUDA path: ``oom`` asks the GPU for 1 EiB (torch.OutOfMemoryError, no
+    memory cap involved), ``crash`` ends rank 0; the trial is OOM, resp. FAILED."""
+    from explorer.fault import InjectedFault
+
+    job = make_job(
+        {"resources": CUDA["resources"] | {"gpus_per_node": 1}},
+        batch_size=8,
+        number_gpus=1,
+        distributed_backend="NONE",
+    )
+    job = dataclasses.replace(job, fault=InjectedFault(kind=kind, at_step=0))
+    m = run_trial(job, work_dir=tmp_path / "trial", timeout_s=600)
+    if kind == "oom":
+        assert m.outcome is Outcome.OOM and "OutOfMemoryError" in (m.error or ""), m.error
+    else:
+        assert m.outcome is Outcome.FAILED and "exit status 17" in (m.error or ""), m.error
