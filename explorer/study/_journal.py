@@ -32,15 +32,20 @@ def trial_dir(output_dir: Path, trial_number: int) -> Path:
     return output_dir / f"trial-{trial_number:05d}"
 
 
-def _identity(study_name: str, trial: optuna.trial.FrozenTrial) -> dict[str, object]:
+def _identity(study_name: str, trial: optuna.Trial | optuna.trial.FrozenTrial) -> dict[str, object]:
     start = trial.datetime_start.isoformat() if trial.datetime_start else None
     return {"study": study_name, "trial": trial.number, "trial_id": trial._trial_id, "start": start}
 
 
 def write_ahead(
-    output_dir: Path, study_name: str, trial: optuna.trial.FrozenTrial, measurement: Measurement
+    output_dir: Path,
+    study_name: str,
+    trial: optuna.Trial | optuna.trial.FrozenTrial,
+    measurement: Measurement,
 ) -> Path:
-    """Write ``measurement`` for ``trial`` atomically (a reader sees all of it or nothing)."""
+    """Write ``measurement`` for ``trial`` atomically (a reader sees all of it or nothing).
+
+    A live trial's number, storage id and start time are all cached on it: no storage read."""
     folder = trial_dir(output_dir, trial.number)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / JOURNAL_FILE

@@ -19,7 +19,7 @@ from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
 from explorer.study._objectives import SECOND_OBJECTIVES, Direction, best_feasible, objective_value
-from explorer.study._peers import WAITS_FOR, occupancy, running_elsewhere, settled, turn
+from explorer.study._peers import WAITS_FOR, occupancy, running_elsewhere, settled, shared, turn
 from explorer.study._proposals import propose_neighbour, propose_unanswered
 from explorer.study._record import (
     OBJECTIVE,
@@ -280,6 +280,7 @@ def optimize(
     reuse_streak = 0
     launcher_started = False
     last_sweep = time.monotonic()
+    peers = shared(study)  # PostgreSQL: other drivers may run this study too
     launches = first_launches(study) if spec.faults is not None else 0  # first attempts launched so far
 
     def answered(streak: int, number: int, status: str, config: TrialConfig, why: str) -> int:
@@ -334,11 +335,23 @@ def optimize(
             asked = None
             if wanted and room and not (timed_out or exhausted):
                 with turn(study):  # one driver at a time asks (PostgreSQL: other drivers may share the study)
-                    occupied = occupancy(study, known)
-                    done = occupied.counted
-                    if occupied.left(spec.n_trials) > 0:
+                    if peers:  # count what every driver has done and is doing
+                        occupied = occupancy(study, known)
+                        done = occupied.counted
+                        free = occupied.left(spec.n_trials) > 0
+                    else:
+                        free = done + len(in_flight) + len(pending) < spec.n_trials
+                    if free:
                         asked = _ask(
-                            study, loaded, known, local, valid_configs, in_flight, pending, reuse_streak
+                            study,
+                            loaded,
+                            known,
+                            local,
+                            valid_configs,
+                            in_flight,
+                            pending,
+                            reuse_streak,
+                            peers,
                         )
             if asked is not None:
                 trial, config, attempt, elsewhere = asked
@@ -410,7 +423,7 @@ def optimize(
             for number, measurement in launcher.wait(timeout_s=1.0):
                 flight = in_flight.pop(number)
                 if journal is not None:
-                    write_measurement(journal, spec.name, frozen(study, flight.trial), measurement)
+                    write_measurement(journal, spec.name, flight.trial, measurement)
                 retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
                 status = record_outcome(study, flight.trial, measurement, retry=retry)
                 if status in ("ok", "oom"):
@@ -500,6 +513,7 @@ def _ask(
     in_flight: dict[int, _InFlight],
     pending: list[_InFlight],
     reuse_streak: int,
+    peers: bool,
 ) -> tuple[optuna.Trial, TrialConfig, int, optuna.trial.FrozenTrial | None]:
     """Propose, ask and tag a trial (in the driver's turn); returns it, its configuration, its
     attempt, and the trial of another driver measuring that configuration right now, if any (the
@@ -514,7 +528,7 @@ def _ask(
     config = loaded.space.suggest(trial)
     attempt = int(trial.user_attrs.get("attempt", 0))
     record_driver(trial, config, attempt)
-    elsewhere = running_elsewhere(study, known, config.key())
+    elsewhere = running_elsewhere(study, known, config.key()) if peers else None
     if elsewhere is not None and config.key() not in known.measured:
         set_user_attrs(trial, {WAITS_FOR: elsewhere.number})
         return trial, config, attempt, elsewhere

@@ -22,7 +22,7 @@ import socket
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.study._known import Known
 from explorer.study._record import answered_without_running, config_of, counts, status_of
@@ -31,7 +31,17 @@ from explorer.study._recover import driver_alive
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["WAITS_FOR", "Room", "is_mine", "learn", "occupancy", "running_elsewhere", "settled", "turn"]
+__all__ = [
+    "WAITS_FOR",
+    "Room",
+    "is_mine",
+    "learn",
+    "occupancy",
+    "running_elsewhere",
+    "settled",
+    "shared",
+    "turn",
+]
 
 WAITS_FOR = "waits_for"
 """User attr of a trial waiting for another trial of the same configuration (its number)."""
@@ -57,17 +67,26 @@ def is_mine(trial: optuna.trial.FrozenTrial) -> bool:
     )
 
 
-@contextlib.contextmanager
-def turn(study: optuna.Study) -> Iterator[None]:
-    """Hold the study's driver lock (PostgreSQL; no lock on other storages) for one ask."""
+def shared(study: optuna.Study) -> bool:
+    """Whether other drivers may share ``study``: its storage is PostgreSQL. (sqlite is one
+    driver's file; an in-memory study has no peers.) Only then does a driver take turns and re-read
+    what the others did; alone, it knows everything already."""
     from optuna.storages import RDBStorage
 
     storage = study._storage
     backend = getattr(storage, "_backend", storage)  # optuna.storages._CachedStorage wraps RDB
-    if not isinstance(backend, RDBStorage) or backend.engine.name != "postgresql":
+    return isinstance(backend, RDBStorage) and backend.engine.name == "postgresql"
+
+
+@contextlib.contextmanager
+def turn(study: optuna.Study) -> Iterator[None]:
+    """Hold the study's driver lock (PostgreSQL; no lock on other storages) for one ask."""
+    if not shared(study):
         yield
         return
     import sqlalchemy
+
+    backend: Any = getattr(study._storage, "_backend", study._storage)
 
     key = zlib.crc32(f"explorer-driver:{study.study_name}".encode())
     with backend.engine.begin() as conn:  # the lock ends with this transaction
