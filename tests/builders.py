@@ -1,7 +1,12 @@
-"""Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides."""
+"""Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides, a running
+``explorer dashboard``, the most GPU slots held at once."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from explorer.measurement import Properties
@@ -43,3 +48,25 @@ def properties(value: float, **overrides: Any) -> Properties:
 def config(base: dict[str, Any], **overrides: Any) -> TrialConfig:
     """``TrialConfig(**base)`` with ``overrides``."""
     return TrialConfig(**(base | overrides))
+
+
+def start_dashboard(study_file: Path, port: int) -> subprocess.Popen[str]:
+    """``explorer dashboard STUDY --port PORT`` (the real CLI; its first stdout line is its URL)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "explorer", "dashboard", str(study_file), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def peak_held(slots: Iterable[Any], weight: Callable[[Any], int] = lambda slot: 1) -> int:
+    """The most ``weight`` held at one instant by slots with ``start``/``end`` (a slot holds
+    [start, end): an end frees before a start at the same time)."""
+    items = list(slots)
+    events = sorted([(s.start, 1, weight(s)) for s in items] + [(s.end, 0, -weight(s)) for s in items])
+    held = peak = 0
+    for _, _, delta in events:
+        held += delta
+        peak = max(peak, held)
+    return peak

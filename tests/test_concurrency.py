@@ -29,6 +29,7 @@ import pytest
 from explorer.launch import SLOT_ATTR, GpuSlot
 from explorer.spec import load_study
 from explorer.study import counted_trials, open_study
+from tests.builders import peak_held
 
 REPO = Path(__file__).resolve().parents[1]
 BATCHES = [8 * k for k in range(1, 31)]
@@ -62,16 +63,6 @@ def _explorer(*args: str) -> list[str]:
 
 def _running_rows(status_out: str) -> int:
     return sum(1 for line in status_out.splitlines()[1:] if line.split()[1:2] == ["RUNNING"])
-
-
-def _peak(slots: list[GpuSlot]) -> int:
-    """Most trials holding GPUs at one instant (an end frees before a start at the same time)."""
-    events = sorted([(s.start, 1, 1) for s in slots] + [(s.end, 0, -1) for s in slots])
-    held = peak = 0
-    for _, _, delta in events:
-        held += delta
-        peak = max(peak, held)
-    return peak
 
 
 def test_eight_parallel_trials_with_status_and_dashboard_reading(write_study, tmp_path):
@@ -201,7 +192,7 @@ def test_eight_parallel_trials_with_status_and_dashboard_reading(write_study, tm
     assert all(t.state.is_finished() for t in trials)
     assert len(counted_trials(study)) == N_TRIALS
     slots = [GpuSlot.from_attr(t.user_attrs[SLOT_ATTR]) for t in trials if SLOT_ATTR in t.user_attrs]
-    assert len(slots) == N_TRIALS and _peak(slots) == POOL  # 8 trials held their GPUs at one time
+    assert len(slots) == N_TRIALS and peak_held(slots) == POOL  # 8 trials held their GPUs at one time
     assert 15.0 < wall < 120.0, wall  # 5 waves of about 5 s: it really ran in parallel, in real time
 
 

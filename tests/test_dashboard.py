@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -12,15 +11,10 @@ from pathlib import Path
 
 import optuna
 
+from explorer.launch._command import free_port
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.study import record_outcome
-from tests.builders import properties
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.builders import properties, start_dashboard
 
 
 def _props(value: float) -> Properties:
@@ -79,7 +73,7 @@ def test_dashboard_serves_trials_and_user_attrs(tmp_path):
         trial.suggest_int("batch_size", 1, 64)
         record_outcome(study, trial, m)
 
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "optuna-dashboard"),
@@ -137,13 +131,8 @@ def test_explorer_dashboard_serves_trials_user_attrs_and_artifacts(write_study, 
         study_or_trial=study,  # as `explorer report` keeps its figures: on the study
     )
 
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "explorer", "dashboard", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    port = free_port()
+    server = start_dashboard(path, port)
     try:
         assert server.stdout is not None
         first = server.stdout.readline()

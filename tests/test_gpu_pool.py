@@ -14,6 +14,7 @@ from explorer.spec import load_study
 from explorer.study import config_of, open_study, optimize, slots_of, study_utilization, utilization
 from explorer.study._optimize import _InFlight, _next_to_start
 from explorer.trial_config import TrialConfig
+from tests.builders import peak_held
 
 BATCHES = [8 * k for k in range(1, 31)]
 
@@ -84,16 +85,6 @@ def _stored_slots(path: Path) -> dict[int, GpuSlot]:
     }
 
 
-def _peak_gpus(slots: list[GpuSlot]) -> int:
-    """Most GPUs held at any instant (a slot holds [start, end): an end frees before a start)."""
-    events = sorted([(s.start, 1, s.gpus) for s in slots] + [(s.end, 0, -s.gpus) for s in slots])
-    held = peak = 0
-    for _, _, delta in events:
-        held += delta
-        peak = max(peak, held)
-    return peak
-
-
 def test_virtual_clock_durations_and_the_pool_is_never_oversubscribed(write_study, tmp_path):
     path = _pool_study(write_study, tmp_path)
     lines: list[str] = []
@@ -111,7 +102,7 @@ def test_virtual_clock_durations_and_the_pool_is_never_oversubscribed(write_stud
         assert slot.gpus == config_of(t).number_gpus and slot.pool == 8 and slot.clock == "virtual"
     assert {t.user_attrs["status"] for t in trials} == {"ok", "oom"}
     slots = [GpuSlot.from_attr(t.user_attrs[SLOT_ATTR]) for t in trials]
-    assert _peak_gpus(slots) <= 8
+    assert peak_held(slots, lambda s: s.gpus) <= 8
     assert max(sum(s.start <= x.start < s.end for s in slots) for x in slots) > 1  # trials overlapped
     assert min(s.start for s in slots) == 0.0
 
@@ -135,7 +126,7 @@ def test_a_small_trial_starts_while_a_big_one_waits_and_the_big_one_is_not_starv
         younger = [n for n in slots if n > 1 and slots[n].start < slots[1].start]
         assert younger, "a 1-GPU trial asked after the 8-GPU one started while it waited"
         assert all(slots[n].gpus == 1 for n in younger)
-        assert _peak_gpus(list(slots.values())) <= 8
+        assert peak_held(slots.values(), lambda s: s.gpus) <= 8
         started_before_b[k] = len(younger)
     assert started_before_b[2] == 2  # then it was reserved for: the pool drained for it
     assert started_before_b[100] == 29  # without the rule it waits for every small trial

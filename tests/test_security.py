@@ -17,8 +17,9 @@ import psutil
 import pytest
 
 from explorer.launch import run_trial
-from explorer.launch._command import trial_environment, zygote_environment
+from explorer.launch._command import free_port, trial_environment, zygote_environment
 from explorer.measurement import Outcome
+from tests.builders import start_dashboard
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "explorer"
@@ -194,24 +195,13 @@ def test_a_python_tag_in_a_study_file_is_refused_without_running_it(tmp_path):
 # -- servers and sockets ----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_explorer_dashboard_listens_on_loopback_only_by_default(write_study, tmp_path):
     import optuna
 
     path = write_study({"storage": f"sqlite:///{tmp_path}/s.db"})
     optuna.create_study(study_name="test", storage=f"sqlite:///{tmp_path}/s.db")
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "explorer", "dashboard", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    port = free_port()
+    server = start_dashboard(path, port)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().startswith(f"dashboard: http://127.0.0.1:{port}/")
