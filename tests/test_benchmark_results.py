@@ -200,7 +200,7 @@ def test_memory_prior_figures_recompute_from_the_cpu_table():
     committed = json.loads((RESULTS / "memory_prior.json").read_text())
     again = json.loads(json.dumps(module.evaluate(RESULTS / "tables" / "cpu-quickstart.csv")))
     assert again == committed
-    assert committed["by_size"]["20"]["feasible_predicted_oom"] < 0.01
+    assert committed["by_size"]["20"]["feasible_predicted_oom"] < 0.02  # README: 0.4-1.8%
 
 
 @pytest.mark.parametrize(
