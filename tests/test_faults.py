@@ -321,3 +321,21 @@ def test_the_first_sigint_is_a_request_the_second_stops_at_once():
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(1.0)
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_the_write_ahead_never_follows_a_symlink_out_of_the_output_folder(tmp_path):
+    import optuna
+
+    from explorer.measurement import Measurement, Outcome
+
+    study = optuna.create_study()
+    trial = study.ask()
+    out, elsewhere = tmp_path / "runs", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "trial-00000").symlink_to(elsewhere)
+    assert write_ahead(out, "s", trial, Measurement(outcome=Outcome.OOM, error="x")) is None
+    assert list(elsewhere.iterdir()) == []
+    trial = study.ask()
+    written = write_ahead(out, "s", trial, Measurement(outcome=Outcome.OOM, error="x"))
+    assert written == out / "trial-00001" / JOURNAL_FILE and written.is_file()

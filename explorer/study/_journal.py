@@ -42,14 +42,24 @@ def write_ahead(
     study_name: str,
     trial: optuna.Trial | optuna.trial.FrozenTrial,
     measurement: Measurement,
-) -> Path:
+) -> Path | None:
     """Write ``measurement`` for ``trial`` atomically (a reader sees all of it or nothing).
 
+    Returns:
+        The file, or ``None`` when it would resolve outside ``output_dir`` (a symlink; never
+        followed for writing, :mod:`explorer.paths`): the trial is then recorded without it, and
+        a Ray trial in that folder has already failed saying so.
+
     A live trial's number, storage id and start time are all cached on it: no storage read."""
+    from explorer.paths import escape
+
     folder = trial_dir(output_dir, trial.number)
-    folder.mkdir(parents=True, exist_ok=True)
     path = folder / JOURNAL_FILE
     tmp = path.with_suffix(f".tmp{os.getpid()}")
+    problem = escape(output_dir, folder) or escape(output_dir, tmp) or escape(output_dir, path)
+    if problem is not None:  # a symlink out of the output folder: never followed for writing
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
     record = {**_identity(study_name, trial), "measurement": json.loads(measurement.to_json())}
     tmp.write_text(json.dumps(record))
     tmp.replace(path)
