@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -299,8 +300,9 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
         return _default_storage(base, name)
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise SpecError(file=file, field=field, problem=f"{url!r} is not an SQLAlchemy URL") from None
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
+        shown = re.sub(r"(//[^/:@]*:)[^@]*@", r"\1***@", url)  # never print a password
+        raise SpecError(file=file, field=field, problem=f"{shown!r} is not an SQLAlchemy URL") from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql", "mysql"):
         raise SpecError(
