@@ -127,3 +127,28 @@ def test_ray_address_from_the_environment_is_probed_and_named(write_study, tmp_p
         env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"},
     )
     assert status.returncode == 2 and "no study" in status.stderr and "Ray" not in status.stderr
+
+
+def test_validate_offline_checks_a_cluster_study_without_its_cluster():
+    """``address: auto`` with no cluster here: validate refuses it in one line; ``--offline``
+    checks everything else and says that the address was not probed."""
+    repo = Path(__file__).resolve().parents[1]
+    study = "studies/granite-3.1-2b-full-2x8xh100.yaml"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    plain = subprocess.run(
+        [sys.executable, "-m", "explorer", "validate", study],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert plain.returncode == 2 and "launcher.address" in plain.stderr and "Traceback" not in plain.stderr
+    offline = subprocess.run(
+        [sys.executable, "-m", "explorer", "validate", "--offline", study],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert offline.returncode == 0, offline.stderr
+    assert "ok: study 'granite-3.1-2b-full-2x8xh100'" in offline.stdout and "not probed" in offline.stdout
