@@ -12,7 +12,7 @@ from explorer.errors import SpecError
 from explorer.launch import SLOT_ATTR, GpuSlot
 from explorer.spec import load_study
 from explorer.study import config_of, open_study, optimize, slots_of, study_utilization, utilization
-from explorer.study._optimize import _InFlight, _next_to_start
+from explorer.study._flight import InFlight, next_to_start
 from explorer.trial_config import TrialConfig
 from tests.builders import peak_held
 
@@ -142,7 +142,7 @@ def test_lookahead_one_starts_trials_in_the_order_asked(write_study, tmp_path):
     assert slots[2].start >= slots[1].end  # the 1-GPU trial after the 8-GPU one waited for it
 
 
-def _flight(gpus: int, passed_over: int = 0) -> _InFlight:
+def _flight(gpus: int, passed_over: int = 0) -> InFlight:
     config = TrialConfig(
         batch_size=8,
         number_gpus=gpus,
@@ -150,22 +150,20 @@ def _flight(gpus: int, passed_over: int = 0) -> _InFlight:
         gradient_checkpointing=False,
         model_max_length=64,
     )
-    return _InFlight(trial=None, config=config, attempt=0, passed_over=passed_over)  # type: ignore[arg-type]
+    return InFlight(trial=None, config=config, attempt=0, passed_over=passed_over)  # type: ignore[arg-type]
 
 
 def test_first_fit_oldest_first_then_reserve():
     free = 3
     pending = [_flight(8), _flight(4), _flight(2), _flight(1)]
-    picked = _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
+    picked = next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 2  # the oldest that fits
     assert [f.config.number_gpus for f in pending] == [8, 4, 1] and pending[0].passed_over == 1
-    picked = _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
+    picked = next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 1 and pending[0].passed_over == 2
     pending.append(_flight(1))
-    assert (
-        _next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2) is None
-    )  # reserved for the 8
-    picked = _next_to_start(pending, lambda n, nodes: n <= 8, max_passed_over=2)
+    assert next_to_start(pending, lambda n, nodes: n <= free, max_passed_over=2) is None  # reserved for the 8
+    picked = next_to_start(pending, lambda n, nodes: n <= 8, max_passed_over=2)
     assert picked is not None and picked.config.number_gpus == 8
 
 
@@ -281,5 +279,7 @@ def test_a_paced_replay_holds_its_gpus_in_real_time(write_study, tmp_path):
     assert len(slots) == 4
     for before, after in zip(slots, slots[1:], strict=False):  # one at a time, back to back
         assert after.start >= before.end - 1e-6
-    assert 4.0 <= wall < 15.0, wall  # 4 x 100 virtual s x 0.01; nothing runs ahead of real time
-    assert slots[-1].end == pytest.approx(400.0, rel=0.1)
+    assert 4.0 <= wall < 30.0, wall  # 4 x 100 virtual s x 0.01; nothing runs ahead of real time
+    # the virtual clock follows real time: the last end is 400 s plus whatever the loop took
+    # between trials (more on a loaded machine), never more than the real time elapsed
+    assert 400.0 - 1e-6 <= slots[-1].end <= wall / 0.01 + 1.0

@@ -7,7 +7,7 @@ import pytest
 
 from explorer.spec import SamplerSpec, load_study
 from explorer.study import open_study
-from explorer.study._optimize import _enqueue_grid
+from explorer.study._open import enqueue_grid
 from explorer.study._sampler import make_sampler
 from explorer.validity import invalid_reason
 
@@ -29,7 +29,7 @@ def test_grid_enqueues_every_valid_configuration_once(write_study, tmp_path):
     loaded = load_study(write_study({"storage": f"sqlite:///{tmp_path}/g.db", "sampler": {"kind": "grid"}}))
     study = open_study(loaded, create=True)
     valid = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
-    assert _enqueue_grid(study, loaded) == len(valid) == 24
+    assert enqueue_grid(study, loaded) == len(valid) == 24
     waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
     seen = set()
     for _ in waiting:

@@ -1,0 +1,107 @@
+"""Open a study in its storage (created, or required to exist), and enqueue a grid."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING
+
+from explorer.spec import LoadedStudy
+from explorer.study._objectives import SECOND_OBJECTIVES, Direction
+from explorer.study._record import OBJECTIVE
+from explorer.study._sampler import make_sampler
+from explorer.study._storage import mask_url, open_storage
+from explorer.validity import invalid_reason
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["enqueue_grid", "open_existing_study", "open_study"]
+
+
+def open_study(
+    loaded: LoadedStudy,
+    *,
+    create: bool,
+    sampler: optuna.samplers.BaseSampler | None = None,
+    storage: optuna.storages.BaseStorage | None = None,
+) -> optuna.Study:
+    """The study in its storage; ``create`` makes it if missing (else it must exist).
+
+    Args:
+        sampler: instead of the study file's (``benchmark-search`` compares samplers this way).
+        storage: instead of the study's URL (``benchmark-search`` replays in memory).
+    """
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
+    sampler = sampler or make_sampler(loaded.spec.sampler)
+    if create:
+        names = [OBJECTIVE] + ([second] if (second := loaded.spec.second_objective) else [])
+        directions: list[Direction] = ["maximize"]
+        if second:
+            directions.append(SECOND_OBJECTIVES[second])
+        study = optuna.create_study(
+            study_name=loaded.spec.name,
+            storage=storage,
+            sampler=sampler,
+            directions=directions,
+            load_if_exists=True,
+        )
+        if [d.name.lower() for d in study.directions] != directions:
+            from explorer.errors import SpecError
+
+            raise SpecError(
+                file=str(loaded.file),
+                field="second_objective",
+                problem=f"the stored study {loaded.spec.name!r} has other objectives; use a new name",
+            )
+        if study.metric_names is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(names)
+        return study
+    return optuna.load_study(study_name=loaded.spec.name, storage=storage, sampler=sampler)
+
+
+def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
+    """The study, which must exist; a missing sqlite file is not created.
+
+    Raises:
+        SpecError: no such study (or database file).
+    """
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    from explorer.errors import SpecError
+
+    missing = SpecError(
+        file=str(loaded.file),
+        field="name",
+        problem=f"no study {loaded.spec.name!r} in {mask_url(loaded.storage_url)}",
+    )
+    url = make_url(loaded.storage_url)
+    database = url.database or ""
+    if (
+        url.get_backend_name() == "sqlite"
+        and database not in ("", ":memory:")
+        and not Path(database).is_file()
+    ):
+        raise missing
+    try:
+        return open_study(loaded, create=False)
+    except KeyError:  # optuna: "Record does not exist."
+        raise missing from None
+
+
+def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
+    """For ``sampler: grid``: enqueue every valid configuration not yet in the study."""
+    seen = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)}
+    n = 0
+    for config in loaded.space.enumerate():
+        if config.key() in seen or invalid_reason(config, loaded.spec.resources):
+            continue
+        study.enqueue_trial(loaded.space.params_for(config), skip_if_exists=True)
+        n += 1
+    return n
