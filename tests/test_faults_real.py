@@ -67,12 +67,12 @@ def test_the_quickstart_with_a_crash_a_hang_and_an_actor_kill(tmp_path):
     assert audited.returncode == 0 and "accounting: ok" in audited.stdout, audited.stdout + audited.stderr
 
 
-def test_a_real_oom_segfault_and_node_restart(write_study, tmp_path):
+def test_a_real_oom_segfault_and_node_restart(write_study, tmp_path, storage_url):
     """Trial 0 runs out of memory (a real allocator failure), trial 1's rank 0 segfaults, and
     trial 3's local Ray node is shut down and started again 1 s in, losing what ran on it."""
     path = write_study(
         {
-            "storage": f"sqlite:///{tmp_path}/real.db",
+            "storage": storage_url,
             "sampler": {"kind": "random", "seed": 0},
             "n_trials": 4,
             "measurement": {"warmup_steps": 1, "measured_steps": 3, "trial_timeout_s": 120},
