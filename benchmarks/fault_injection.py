@@ -45,10 +45,14 @@ STUDY = ROOT / "benchmarks" / "search_studies" / "faults-granite-3.1-2b.yaml"
 OUT = ROOT / "benchmarks" / "results" / "fault_injection.json"
 
 
-def copy_study(src: Path, folder: Path) -> Path:
+def copy_study(src: Path, folder: Path, *, seed: int | None = None) -> Path:
     """``src`` written into ``folder`` with its search space and replay table as absolute paths,
-    and its output folder inside ``folder``."""
+    and its output folder inside ``folder`` (``seed``: the sampler's and the faults' seed)."""
     data = yaml.safe_load(src.read_text())
+    if seed is not None:
+        data.setdefault("sampler", {})["seed"] = seed
+        if data.get("faults"):
+            data["faults"]["seed"] = seed
     base = src.resolve().parent
     if isinstance(data.get("search_space"), str):
         data["search_space"] = str((base / data["search_space"]).resolve())
@@ -126,9 +130,11 @@ def trial_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def run(study: Path, *, storage: str | None, kill_at: int, interrupt_at: int) -> dict[str, Any]:
+def run(
+    study: Path, *, storage: str | None, kill_at: int, interrupt_at: int, seed: int | None = None
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="explorer-chaos-") as tmp:
-        study_file = copy_study(study, Path(tmp))
+        study_file = copy_study(study, Path(tmp), seed=seed)
         url = storage or f"sqlite:///{tmp}/chaos.db"
         started = time.monotonic()
         phases = []
@@ -172,6 +178,7 @@ def main() -> int:
         "--kill-at", type=int, default=30, help="SIGKILL once this many trials count (0: no kill)"
     )
     parser.add_argument("--interrupt-at", type=int, default=60, help="SIGINT once this many count (0: none)")
+    parser.add_argument("--seed", type=int, help="override the study's sampler and fault seeds")
     parser.add_argument("--json", type=Path, default=OUT)
     args = parser.parse_args()
     server = None
@@ -187,7 +194,11 @@ def main() -> int:
         storage = server.url(server.create_database())
     try:
         result = run(
-            args.study.resolve(), storage=storage, kill_at=args.kill_at, interrupt_at=args.interrupt_at
+            args.study.resolve(),
+            storage=storage,
+            kill_at=args.kill_at,
+            interrupt_at=args.interrupt_at,
+            seed=args.seed,
         )
     finally:
         if server is not None:

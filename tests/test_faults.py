@@ -339,3 +339,33 @@ def test_the_write_ahead_never_follows_a_symlink_out_of_the_output_folder(tmp_pa
     trial = study.ask()
     written = write_ahead(out, "s", trial, Measurement(outcome=Outcome.OOM, error="x"))
     assert written == out / "trial-00001" / JOURNAL_FILE and written.is_file()
+
+
+def test_a_study_that_runs_out_of_configurations_says_so_and_audits(write_study, tmp_path):
+    """4 configurations, n_trials 10: the study stops after 30 answered proposals in a row and
+    records why; the audit accepts 4 counted trials then, and refuses them without that record."""
+    path = _study(
+        write_study,
+        tmp_path,
+        n_trials=10,
+        faults={"rate": 0.0},
+        when_converged="stop",
+        search_space={
+            "parameters": {
+                "batch_size": {"values": [4, 8]},
+                "number_gpus": {"values": [1, 2]},
+                "distributed_backend": "DDP",
+                "gradient_checkpointing": False,
+            }
+        },
+    )
+    result = optimize(load_study(path), printer=lambda _: None)
+    assert result.counted == 4
+    study = open_study(load_study(path), create=False)
+    assert study.user_attrs["stopped_early"]["counted"] == 4
+    found = _audit(path)
+    assert found.ok, found.describe()
+    assert "nothing new to try" in str(found.stopped_early)
+    study.set_user_attr("stopped_early", None)
+    found = _audit(path)
+    assert found.problems == ["4 trials counted, n_trials is 10"]

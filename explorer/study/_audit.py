@@ -16,7 +16,7 @@ earlier trial (``reused_from``) or inferred (``inferred_from``) names its source
 :func:`audit` checks all of it against the storage and, for lost measurements, against the
 write-ahead files on disk (:mod:`explorer.study._journal`): no trial RUNNING or left waiting, no
 measurement on disk missing from the storage, no configuration measured twice, ``n_trials``
-honoured, and every injected fault ended the way :func:`explorer.fault.expected_status` says.
+honoured (never exceeded; reached unless the study recorded why it stopped short), and every injected fault ended the way :func:`explorer.fault.expected_status` says.
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class Audit:
     faults: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     """Injected fault kind -> status of the attempts it was given."""
     measurements_on_disk: int = 0
+    stopped_early: str | None = None
+    """Why the study ended short of ``n_trials``, as its last run recorded it (then fewer counted
+    trials are no problem; more never are)."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -69,6 +72,8 @@ class Audit:
             f"other records: {other}",
             f"measurements written ahead on disk: {self.measurements_on_disk}",
         ]
+        if self.stopped_early:
+            lines.append(f"stopped early: {self.stopped_early}")
         for kind, statuses in sorted(self.faults.items()):
             lines.append(f"injected {kind}: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
         lines.append("accounting: ok" if self.ok else f"accounting: {len(self.problems)} problem(s)")
@@ -84,6 +89,7 @@ class Audit:
             "bookkeeping": dict(self.bookkeeping),
             "faults": {k: dict(v) for k, v in sorted(self.faults.items())},
             "measurements_on_disk": self.measurements_on_disk,
+            "stopped_early": self.stopped_early,
             "problems": list(self.problems),
         }
 
@@ -155,7 +161,10 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
     for key, numbers in measured.items():
         if len(numbers) > 1:
             problem(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
-    if out.counted != n_trials:
+    stopped = study.user_attrs.get("stopped_early")
+    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
+        out.stopped_early = str(stopped.get("why"))
+    if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
         problem(f"{out.counted} trials counted, n_trials is {n_trials}")
     if output_dir is not None:
         _check_journal(output_dir, study.study_name, by_number, out)

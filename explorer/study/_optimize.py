@@ -55,6 +55,8 @@ Printer = Callable[[str], None]
 MAX_REUSE_STREAK = 30
 """Stop asking after this many proposals in a row were all answered without running (already
 measured, or inferred OOM): the sampler has nothing new to try."""
+STOPPED_EARLY = "stopped_early"
+"""Study user attr: why the last run ended short of ``n_trials`` (``None``: it did not)."""
 ORPHAN_SWEEP_S = 10.0
 """How often the loop looks for trials asked by a driver that died before starting them."""
 
@@ -140,6 +142,7 @@ def optimize(
     )
     reuse_streak = 0
     launcher_started = False
+    timed_out = exhausted = False
     last_sweep = time.monotonic()
     peers = shared(study)  # PostgreSQL: other drivers may run this study too
     launches = first_launches(study) if spec.faults is not None else 0  # first attempts launched so far
@@ -346,6 +349,7 @@ def optimize(
         if owns_launcher and launcher_started:
             launcher.shutdown()
         stop.__exit__(None, None, None)
+    _note_early_stop(study, done=done, n_trials=spec.n_trials, timed_out=timed_out, exhausted=exhausted)
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         s = (
@@ -367,3 +371,23 @@ def optimize(
         wall_seconds=time.monotonic() - started,
         statuses=statuses,
     )
+
+
+def _note_early_stop(
+    study: optuna.Study, *, done: int, n_trials: int, timed_out: bool, exhausted: bool
+) -> None:
+    """Record on the study why it ended short of ``n_trials`` (``stopped_early``), or clear it.
+
+    ``explorer audit`` accepts fewer counted trials than ``n_trials`` only with this record: the
+    run's ``timeout_s`` ran out, or every configuration the sampler still proposed was answered
+    already (a space with fewer answerable configurations left than trials asked for).
+    """
+    why = None
+    if done < n_trials and timed_out:
+        why = "timeout_s ran out"
+    elif done < n_trials and exhausted:
+        why = f"the last {MAX_REUSE_STREAK} proposals were all answered already: nothing new to try"
+    if why is not None:
+        study.set_user_attr(STOPPED_EARLY, {"counted": done, "why": why})
+    elif STOPPED_EARLY in study.user_attrs:
+        study.set_user_attr(STOPPED_EARLY, None)
