@@ -1,5 +1,5 @@
-"""Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides, a running
-``explorer dashboard``, the most GPU slots held at once."""
+"""Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides, the real
+CLI run to its end, a running ``explorer dashboard``, the most GPU slots held at once."""
 
 from __future__ import annotations
 
@@ -48,6 +48,26 @@ def properties(value: float, **overrides: Any) -> Properties:
 def config(base: dict[str, Any], **overrides: Any) -> TrialConfig:
     """``TrialConfig(**base)`` with ``overrides``."""
     return TrialConfig(**(base | overrides))
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m explorer ARGS`` from the repository root (so printed file names are relative),
+    its output captured; ``env`` is added to this process's environment."""
+    import os
+
+    return subprocess.run(
+        [sys.executable, "-m", "explorer", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def start_dashboard(study_file: Path, port: int) -> subprocess.Popen[str]:

@@ -6,17 +6,15 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 
 from explorer.spec import load_study
 from explorer.study import open_study, optimize
 from explorer.study._record import config_of
+from tests.builders import run_cli
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args], capture_output=True, text=True, timeout=300
-    )
+    return run_cli(*args)
 
 
 def test_a_replay_of_the_export_finds_the_same_best(write_study, tmp_path, ray_local):

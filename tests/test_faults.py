@@ -21,6 +21,7 @@ from explorer.study import audit, counted_trials, open_study, optimize, status_o
 from explorer.study._journal import JOURNAL_FILE, trial_dir, write_ahead
 from explorer.study._record import record_driver
 from explorer.trial_config import TrialConfig
+from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 BATCHES = [4 * k for k in range(1, 41)]  # 40 one-GPU and 40 two-GPU configurations
@@ -208,9 +209,7 @@ def test_the_audit_finds_what_is_wrong(write_study, tmp_path):
     assert not found.ok
     assert f"trial {orphan.number}: stuck RUNNING" in found.problems
     assert any(p.startswith("lost:") and "999" in p for p in found.problems), found.problems
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "audit", str(path)], capture_output=True, text=True, timeout=60
-    )
+    proc = run_cli("audit", str(path), timeout=60)
     assert proc.returncode == 1 and "stuck RUNNING" in proc.stdout, proc.stdout + proc.stderr
 
 

@@ -3,8 +3,6 @@ hang, actor kill, OOM, segfault and node restart each end as defined, and the au
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
@@ -12,6 +10,7 @@ import yaml
 from explorer.launch import SLOT_ATTR
 from explorer.spec import load_study
 from explorer.study import audit, open_study, optimize, status_of
+from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -34,13 +33,7 @@ def test_the_quickstart_with_a_crash_a_hang_and_an_actor_kill(tmp_path):
     study_file = tmp_path / "quickstart-faults.yaml"
     study_file.write_text(yaml.safe_dump(data, sort_keys=False))
     storage = f"sqlite:///{tmp_path}/qf.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "optimize", str(study_file), "--storage", storage],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = run_cli("optimize", str(study_file), "--storage", storage, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     trials = {t.number: t for t in open_study(load_study(study_file, storage=storage), create=False).trials}
     plan = data["faults"]["schedule"]
@@ -57,13 +50,7 @@ def test_the_quickstart_with_a_crash_a_hang_and_an_actor_kill(tmp_path):
     assert found.counted == 14 and found.bookkeeping["retry"] == 3
     launched = [t for t in trials.values() if SLOT_ATTR in t.user_attrs]
     assert found.measurements_on_disk == len(launched) >= 14 + 3 - 2  # at most 2 invalid, never launched
-    audited = subprocess.run(
-        [sys.executable, "-m", "explorer", "audit", str(study_file), "--storage", storage],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    audited = run_cli("audit", str(study_file), "--storage", storage, timeout=120)
     assert audited.returncode == 0 and "accounting: ok" in audited.stdout, audited.stdout + audited.stderr
 
 

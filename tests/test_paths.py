@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,12 +12,11 @@ from explorer.measurement import Outcome
 from explorer.paths import escape
 from explorer.spec import load_study
 from explorer.study import open_study
+from tests.builders import run_cli
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_cli(*args, timeout=120)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:

@@ -33,6 +33,7 @@ from explorer.study import (
 )
 from explorer.trial_config import TrialConfig
 from tests._postgres import PASSWORD
+from tests.builders import run_cli
 from tests.conftest import merge
 
 REPO = Path(__file__).resolve().parents[1]
@@ -404,15 +405,8 @@ def test_measurement_store_put_and_lookup(storage_url):
 
 def _explorer(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-    )
+) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, timeout=timeout, env={"PYTHONPATH": str(REPO), **(env or {})})
 
 
 def test_two_optimize_processes_share_one_postgresql_study(write_study, tmp_path, postgres_url):

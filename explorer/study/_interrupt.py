@@ -30,15 +30,23 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested = True
 
-    def __enter__(self) -> StopRequest:
+    def install(self) -> StopRequest:
+        """Take over SIGINT (main thread only; elsewhere Python delivers no signals)."""
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def restore(self) -> None:
+        """Give SIGINT back to the handler it had before."""
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
+
+    def __enter__(self) -> StopRequest:
+        return self.install()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.restore()

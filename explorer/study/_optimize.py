@@ -154,7 +154,7 @@ def optimize(
             printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
         return streak + 1
 
-    stop = StopRequest().__enter__()  # Ctrl-C: a flag checked each time round
+    stop = StopRequest().install()  # Ctrl-C: a flag checked each time round
     try:
         while True:
             if stop.requested:
@@ -348,7 +348,7 @@ def optimize(
     finally:
         if owns_launcher and launcher_started:
             launcher.shutdown()
-        stop.__exit__(None, None, None)
+        stop.restore()
     _note_early_stop(study, done=done, n_trials=spec.n_trials, timed_out=timed_out, exhausted=exhausted)
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
