@@ -8,7 +8,6 @@ actor per node (:mod:`explorer.launch._placement`).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 import time
@@ -20,7 +19,7 @@ from typing import Any
 from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
 from explorer.launch._placement import MultiNodeTrial, Share, fits_on_nodes, node_capacity, rank_nodes
-from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
+from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import ResourcesSpec, StudySpec
 
@@ -454,4 +453,4 @@ class RayLauncher:
             start=started,
             end=max(time.time(), started),
         )
-        return dataclasses.replace(measurement, extra={**measurement.extra, SLOT_ATTR: slot.to_attr()})
+        return slot.stamp(measurement)

@@ -39,7 +39,7 @@ from typing import Any
 from explorer.errors import SpecError
 from explorer.fault import CRASH_EXIT_STATUS, InjectedFault
 from explorer.job import TrialJob
-from explorer.launch._slot import SLOT_ATTR, GpuSlot, new_run_id
+from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.spec import DurationSpec
 from explorer.trial_config import TrialConfig
@@ -433,13 +433,5 @@ class ReplayLauncher:
                 start=held.start,
                 end=held.end,
             )
-            m = held.measurement
-            done.append(
-                (
-                    held.trial_number,
-                    dataclasses.replace(
-                        m, wall_seconds=held.end - held.start, extra={**m.extra, SLOT_ATTR: slot.to_attr()}
-                    ),
-                )
-            )
+            done.append((held.trial_number, slot.stamp(held.measurement, wall_seconds=held.end - held.start)))
         return done

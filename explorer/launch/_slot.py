@@ -7,10 +7,13 @@ storage commit), and :mod:`explorer.study._utilization` reads it back from there
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import uuid
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
+
+from explorer.measurement import Measurement
 
 __all__ = ["SLOT_ATTR", "GpuSlot", "new_run_id"]
 
@@ -57,6 +60,11 @@ class GpuSlot:
     def to_attr(self) -> dict[str, Any]:
         """The JSON value stored as the trial's ``slot`` user attribute."""
         return asdict(self)
+
+    def stamp(self, measurement: Measurement, **changes: Any) -> Measurement:
+        """``measurement`` (with ``changes``) carrying this slot, as a launcher hands it back."""
+        extra = {**measurement.extra, SLOT_ATTR: self.to_attr()}
+        return dataclasses.replace(measurement, extra=extra, **changes)
 
     @classmethod
     def from_attr(cls, value: Any) -> GpuSlot:
