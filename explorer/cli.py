@@ -61,7 +61,8 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a recorded table: how many trials each sampler needs to find its best",
         description="Run the study against TABLE (a CSV in ado's export layout) REPEATS times per "
         "variant (default: explorer's TPE with local search and OOM inference; no-inference: without "
-        "inference; no-local-search: without local search; random; optuna: Optuna's TPE defaults) "
+        "inference; no-priors: without the memory and throughput priors; no-local-search: without "
+        "local search; random; optuna: Optuna's TPE defaults) "
         "and report the trials needed to reach 98%% of the table's best.",
     )
     bench.add_argument("study", metavar="STUDY.yaml")
@@ -69,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=20, metavar="R")
     bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
     bench.add_argument(
-        "--variants", default="default,no-inference,no-local-search,random,optuna", metavar="LIST"
+        "--variants", default="default,no-inference,no-priors,no-local-search,random,optuna", metavar="LIST"
     )
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
 

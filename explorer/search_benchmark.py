@@ -7,6 +7,8 @@ fresh in-memory study per repeat, with seeds 0..R-1:
   search: 5 covering start-up trials, then neighbours of the best configurations, with every
   third trial from TPE) and OOM inference on, whatever sampler the study file names;
 * ``no-inference``: the same with OOM inference off;
+* ``no-priors``: the default without the memory and throughput priors that order local search's
+  neighbours;
 * ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
   search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
 
-VARIANTS = ("default", "no-inference", "no-local-search", "random", "optuna")
+VARIANTS = ("default", "no-inference", "no-priors", "no-local-search", "random", "optuna")
 TARGET = 0.98
 
 
@@ -85,7 +87,7 @@ def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     from explorer.spec import SamplerSpec
     from explorer.study._sampler import make_sampler
 
-    if variant in ("default", "no-inference", "no-local-search"):
+    if variant in ("default", "no-inference", "no-priors", "no-local-search"):
         return make_sampler(SamplerSpec(kind="tpe", seed=seed))
     if variant == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -107,8 +109,13 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     spec = loaded.spec.model_copy(
         update={
             "n_trials": n_trials,
-            "infer_oom": variant in ("default", "no-local-search"),
-            "sampler": SamplerSpec(seed=seed, local_search=variant in ("default", "no-inference")),
+            "infer_oom": variant in ("default", "no-priors", "no-local-search"),
+            "sampler": SamplerSpec(
+                seed=seed,
+                local_search=variant in ("default", "no-inference", "no-priors"),
+                memory_prior=variant != "no-priors",
+                throughput_prior=variant != "no-priors",
+            ),
         }
     )
     run = dataclasses.replace(loaded, spec=spec)

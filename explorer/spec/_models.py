@@ -324,6 +324,14 @@ class SamplerSpec(_Spec):
     (:mod:`explorer.study._neighbours`)."""
     global_every: PositiveInt = 3
     """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood."""
+    memory_prior: bool = True
+    """With ``local_search``: neighbours that a memory model fitted to the study's measured peaks
+    predicts to run out of memory are proposed after the others (never skipped;
+    :mod:`explorer.study._memory_model`)."""
+    throughput_prior: bool = True
+    """With ``local_search``: neighbours that a measured configuration with no more GPUs, no more
+    sharding and no checkpointing caps below 98% of the best are proposed after the others
+    (never skipped; :mod:`explorer.study._throughput_prior`)."""
 
 
 FaultKind = Literal["oom", "crash", "segfault", "hang", "actor_kill", "node_restart"]

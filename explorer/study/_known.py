@@ -5,6 +5,7 @@ The optimize loop answers repeats from it, infers OOMs from it, and local search
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,8 @@ class Known:
     """(trial number, configuration) of every measured OOM: the proofs OOM inference cites."""
     feasible: dict[str, tuple[TrialConfig, float, int]] = field(default_factory=dict)
     """(configuration, objective value, trial number) of every measured feasible configuration."""
+    peaks: dict[str, tuple[TrialConfig, float]] = field(default_factory=dict)
+    """(configuration, measured per-device peak memory) of the feasible ones that report it."""
 
     @classmethod
     def from_study(cls, study: optuna.Study) -> Known:
@@ -44,3 +47,6 @@ class Known:
             self.ooms.append((trial.number, config))
         elif status == "ok" and trial.values:
             self.feasible[config.key()] = (config, float(trial.values[0]), trial.number)
+            peak = trial.user_attrs.get("peak_memory_gib")
+            if isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0:
+                self.peaks[config.key()] = (config, float(peak))

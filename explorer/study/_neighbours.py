@@ -21,9 +21,17 @@ A neighbour differs by one move:
   sharding with any larger batch (checkpointing typically buys a 2-8x larger batch).
 
 Neighbours already measured, in flight, invalid, or inferred OOM (they dominate a known OOM, see
-:mod:`explorer.study._inference`) are never proposed. Among the rest, the one an additive model of
-log-throughput (one effect per parameter value and per log2 per-device batch, fitted to the
-feasible trials) rates highest goes first; values never measured feasible rate as the best seen.
+:mod:`explorer.study._inference`) are never proposed. The rest are ordered, first to last:
+
+1. not predicted to run out of memory by the memory model fitted to the study's measured peaks
+   (:mod:`explorer.study._memory_model`; none until 5 peaks are measured);
+2. not capped below 98% of the best by a measured configuration that should be at least as fast
+   per GPU (:mod:`explorer.study._throughput_prior`);
+3. the rating of an additive model of log-throughput (one effect per parameter value and per
+   per-device batch, fitted to the feasible trials; values never measured feasible rate as the
+   best seen).
+
+The first two only order: a neighbour they put last is still proposed when its turn comes.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
 from explorer.spec import ResourcesSpec
 from explorer.study._inference import inferred_oom
+from explorer.study._memory_model import MemoryModel
+from explorer.study._throughput_prior import Ceilings
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -55,6 +65,10 @@ class LocalSearch:
     """What a configuration must fit (invalid ones are never proposed)."""
     elite: int = 3
     """How many of the best feasible configurations have their neighbourhoods searched."""
+    memory_prior: bool = True
+    """Order neighbours predicted to run out of memory last."""
+    throughput_prior: bool = True
+    """Order neighbours capped below 98% of the best by a faster measured configuration last."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
 
@@ -64,18 +78,29 @@ class LocalSearch:
         feasible: Iterable[tuple[TrialConfig, float]],
         answered: set[str],
         ooms: list[tuple[int, TrialConfig]],
+        peaks: Iterable[tuple[TrialConfig, float]] = (),
     ) -> tuple[TrialConfig, TrialConfig] | None:
         """The neighbour to run next and the configuration it neighbours, or ``None``.
 
         Args:
             feasible: measured feasible configurations and their objective values.
             answered: keys of configurations answered or in flight (never proposed again).
-            ooms: measured OOMs, for the inference filter.
+            ooms: measured OOMs, for the inference filter and the memory model.
+            peaks: measured per-device peak memory of feasible configurations, for the memory model.
         """
         ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
         if not ranked:
             return None
         model = _AdditiveModel.fit(ranked)
+        memory = MemoryModel.fit(list(peaks), [c for _, c in ooms]) if self.memory_prior else None
+        ceilings = Ceilings.of(ranked) if self.throughput_prior else None
+        floor = 0.98 * ranked[0][1]
+
+        def order(c: TrialConfig) -> tuple[bool, bool, float]:
+            fits = memory is None or memory.fits(c) is not False
+            ceiling = ceilings.ceiling(c) if ceilings is not None else None
+            return fits, ceiling is None or ceiling >= floor, model.predict(c)
+
         for base, _ in ranked[: self.elite]:
             candidates = [
                 c
@@ -85,7 +110,7 @@ class LocalSearch:
                 and inferred_oom(c, ooms) is None
             ]
             if candidates:
-                return max(candidates, key=model.predict), base
+                return max(candidates, key=order), base
         return None
 
     def start(self, *, seen: Iterable[tuple[str, object]], seed: str) -> TrialConfig:

@@ -136,7 +136,12 @@ def optimize(
     known = Known.from_study(study)
     valid_configs: list[TrialConfig] = []  # for when_converged: explore, filled on first use
     local = (
-        LocalSearch(space=loaded.space, resources=spec.resources)
+        LocalSearch(
+            space=loaded.space,
+            resources=spec.resources,
+            memory_prior=spec.sampler.memory_prior,
+            throughput_prior=spec.sampler.throughput_prior,
+        )
         if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
         else None
     )

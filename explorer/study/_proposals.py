@@ -45,7 +45,9 @@ def propose_neighbour(
         return
     answered = set(known.measured) | {c.key() for c in busy}
     feasible = [(c, v) for c, v, _ in known.feasible.values()]
-    proposal = local.propose(feasible=feasible, answered=answered, ooms=known.ooms)
+    proposal = local.propose(
+        feasible=feasible, answered=answered, ooms=known.ooms, peaks=known.peaks.values()
+    )
     if proposal is None:
         return
     config, base = proposal
