@@ -25,7 +25,8 @@ The model (deliberately simple; every constant is here):
 * throughput = dataset tokens a GPU a step / time (every entry fills the sequence).
 
     .venv/bin/python benchmarks/search_tables.py tables           # write the modelled tables
-    .venv/bin/python benchmarks/search_tables.py search --repeats 20 --n-trials 40
+    .venv/bin/python benchmarks/search_tables.py search --repeats 40 --n-trials 200
+    .venv/bin/python benchmarks/search_tables.py search --repeats 40 --n-trials 200 --first-seed 40
     .venv/bin/python benchmarks/search_tables.py remeasure --rounds 4  # see remeasure()
 """
 
@@ -164,7 +165,7 @@ def write_tables() -> list[Path]:
     return paths
 
 
-def search(repeats: int, n_trials: int) -> dict:
+def search(repeats: int, n_trials: int, first_seed: int = 0) -> dict:
     from explorer.search_benchmark import benchmark_search, format_table, to_json
     from explorer.spec import load_study
 
@@ -176,10 +177,11 @@ def search(repeats: int, n_trials: int) -> dict:
     out = {}
     for table, study in studies.items():
         loaded = load_study(study, replay_table=TABLES / table)
-        result = benchmark_search(loaded, repeats=repeats, n_trials=n_trials)
+        result = benchmark_search(loaded, repeats=repeats, n_trials=n_trials, first_seed=first_seed)
         print(format_table(result), flush=True)
         out[table] = json.loads(to_json(result))
-    path = ROOT / "benchmarks" / "results" / "search_benchmark.json"
+    name = "search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json"
+    path = ROOT / "benchmarks" / "results" / name
     path.write_text(json.dumps(out, indent=2))
     return out
 
@@ -255,13 +257,16 @@ def main() -> int:
     )
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--n-trials", type=int, default=40)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="search: seeds from this one (written to a file of its own)"
+    )
     args = parser.parse_args()
     if args.what == "tables":
         write_tables()
     elif args.what == "remeasure":
         remeasure(args.rounds)
     else:
-        search(args.repeats, args.n_trials)
+        search(args.repeats, args.n_trials, args.first_seed)
     return 0
 
 

@@ -164,8 +164,10 @@ def benchmark_search(
     n_trials: int,
     variants: tuple[str, ...] = VARIANTS,
     on_run: Callable[[SearchRun], None] | None = None,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
-    """Every variant ``repeats`` times; returns the table's best and each variant's figures."""
+    """Every variant ``repeats`` times (seeds ``first_seed`` onwards); returns the table's best
+    and each variant's figures."""
     table = loaded.replay_table
     assert table is not None, "benchmark-search needs a replay table"
     best, present, missing = best_in_table(loaded, table)
@@ -176,11 +178,12 @@ def benchmark_search(
         "configurations_in_table": present,
         "configurations_missing": missing,
         "n_trials": n_trials,
+        "seeds": [first_seed, first_seed + repeats - 1],
         "variants": {},
     }
     for variant in variants:
         runs = []
-        for seed in range(repeats):
+        for seed in range(first_seed, first_seed + repeats):
             run = run_once(loaded, variant, seed, n_trials=n_trials)
             runs.append(run)
             if on_run is not None:

@@ -92,12 +92,13 @@ def test_modelled_tables_recompute(model, monkeypatch):
     assert 100 <= len(fresh) <= 300
 
 
-def test_search_benchmark_figures_recompute_from_each_runs_count():
+@pytest.mark.parametrize("name", ["search_benchmark.json", "search_benchmark.seeds40.json"])
+def test_search_benchmark_figures_recompute_from_each_runs_count(name):
     """benchmarks/search_tables.py search: medians, p90 and shares follow from the per-run counts."""
     import math
     import statistics
 
-    result = json.loads((RESULTS / "search_benchmark.json").read_text())
+    result = json.loads((RESULTS / name).read_text())
     assert len(result) == 3
     for table in result.values():
         assert table["configurations_missing"] == 0 and 100 <= table["configurations_in_table"] <= 300
