@@ -50,6 +50,18 @@ def config(base: dict[str, Any], **overrides: Any) -> TrialConfig:
     return TrialConfig(**(base | overrides))
 
 
+GRANITE_FSDP2 = dict(
+    batch_size=32,
+    number_gpus=4,
+    distributed_backend="FSDP",
+    fsdp_version=2,
+    fsdp_sharding_strategy="SHARD_GRAD_OP",
+    gradient_checkpointing=True,
+    model_max_length=2048,
+)
+"""A configuration of the granite benchmark space (4 GPUs, per-device batch 8), for ``config``."""
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

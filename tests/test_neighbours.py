@@ -10,7 +10,7 @@ import pytest
 from explorer.spec import load_study
 from explorer.study._neighbours import LocalSearch
 from explorer.trial_config import TrialConfig
-from tests.builders import config
+from tests.builders import GRANITE_FSDP2, config
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "benchmarks" / "search_studies" / "granite-3.1-2b.yaml"
@@ -22,19 +22,8 @@ def loaded():
     return load_study(STUDY, replay_table=TABLE)
 
 
-BASE = dict(
-    batch_size=32,
-    number_gpus=4,
-    distributed_backend="FSDP",
-    fsdp_version=2,
-    fsdp_sharding_strategy="SHARD_GRAD_OP",
-    gradient_checkpointing=True,
-    model_max_length=2048,
-)
-
-
 def _config(**kw) -> TrialConfig:
-    return config(BASE, **kw)
+    return config(GRANITE_FSDP2, **kw)
 
 
 def test_moves_are_one_step_or_a_memory_trade(loaded):

@@ -14,25 +14,15 @@ from explorer.study._memory_model import MemoryModel
 from explorer.study._neighbours import LocalSearch
 from explorer.study._throughput_prior import Ceilings, throughput_dominates
 from explorer.trial_config import TrialConfig
-from tests.builders import config
+from tests.builders import GRANITE_FSDP2, config
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "benchmarks" / "search_studies" / "granite-3.1-2b.yaml"
 TABLE = ROOT / "benchmarks" / "results" / "tables" / "model-granite-3.1-2b.csv"
 
-BASE = dict(
-    batch_size=32,
-    number_gpus=4,
-    distributed_backend="FSDP",
-    fsdp_version=2,
-    fsdp_sharding_strategy="SHARD_GRAD_OP",
-    gradient_checkpointing=True,
-    model_max_length=2048,
-)
-
 
 def _config(**kw) -> TrialConfig:
-    return config(BASE, **kw)
+    return config(GRANITE_FSDP2, **kw)
 
 
 def _single(batch_size: int, **kw) -> TrialConfig:

@@ -82,7 +82,14 @@ def test_the_command_replays_each_variant(write_study, tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert result["best"] == best and result["configurations_in_table"] == 24
-    assert set(result["variants"]) == {"default", "no-inference", "no-priors", "no-local-search", "random", "optuna"}
+    assert set(result["variants"]) == {
+        "default",
+        "no-inference",
+        "no-priors",
+        "no-local-search",
+        "random",
+        "optuna",
+    }
     for figures in result["variants"].values():
         assert figures["runs"] == 2 and len(figures["trials_to_98pct"]) == 2
         assert all(n is None or 1 <= n <= 8 for n in figures["trials_to_98pct"])
