@@ -61,8 +61,9 @@ def _parser() -> argparse.ArgumentParser:
         help="replay a recorded table: how many trials each sampler needs to find its best",
         description="Run the study against TABLE (a CSV in ado's export layout) REPEATS times per "
         "variant (default: explorer's TPE with local search and OOM inference; no-inference: without "
-        "inference; no-priors: without the memory and throughput priors; no-local-search: without "
-        "local search; random; optuna: Optuna's TPE defaults) "
+        "inference; no-priors: without the memory and throughput priors; cover-start: without the "
+        "frontier walk; tpe-every-3: TPE every third trial; no-local-search: without local search; "
+        "random; optuna: Optuna's TPE defaults) "
         "and report the trials needed to reach 98%% of the table's best.",
     )
     bench.add_argument("study", metavar="STUDY.yaml")
@@ -70,7 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=20, metavar="R")
     bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
     bench.add_argument(
-        "--variants", default="default,no-inference,no-priors,no-local-search,random,optuna", metavar="LIST"
+        "--variants",
+        default="default,no-inference,no-priors,cover-start,tpe-every-3,no-local-search,random,optuna",
+        metavar="LIST",
     )
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
 

@@ -4,11 +4,14 @@ Each *variant* runs the study's optimize loop against a recorded table (the repl
 fresh in-memory study per repeat, with seeds 0..R-1:
 
 * ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar; local
-  search: 5 covering start-up trials, then neighbours of the best configurations, with every
-  third trial from TPE) and OOM inference on, whatever sampler the study file names;
+  search: the frontier walk and 5 covering start-up trials, then neighbours of the best
+  configurations ordered by the memory and throughput priors, TPE when none is left) and OOM
+  inference on, whatever sampler the study file names;
 * ``no-inference``: the same with OOM inference off;
 * ``no-priors``: the default without the memory and throughput priors that order local search's
   neighbours;
+* ``cover-start``: the default without the frontier walk (5 covering start-up trials);
+* ``tpe-every-3``: the default with every third trial from TPE (``sampler.global_every: 3``);
 * ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
   search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
@@ -36,7 +39,18 @@ if TYPE_CHECKING:
 
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
 
-VARIANTS = ("default", "no-inference", "no-priors", "no-local-search", "random", "optuna")
+VARIANTS = (
+    "default",
+    "no-inference",
+    "no-priors",
+    "cover-start",
+    "tpe-every-3",
+    "no-local-search",
+    "random",
+    "optuna",
+)
+LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3")
+"""The variants with local search."""
 TARGET = 0.98
 
 
@@ -87,7 +101,7 @@ def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     from explorer.spec import SamplerSpec
     from explorer.study._sampler import make_sampler
 
-    if variant in ("default", "no-inference", "no-priors", "no-local-search"):
+    if variant in (*LOCAL, "no-local-search"):
         return make_sampler(SamplerSpec(kind="tpe", seed=seed))
     if variant == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -109,12 +123,14 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     spec = loaded.spec.model_copy(
         update={
             "n_trials": n_trials,
-            "infer_oom": variant in ("default", "no-priors", "no-local-search"),
+            "infer_oom": variant != "no-inference" and variant in (*LOCAL, "no-local-search"),
             "sampler": SamplerSpec(
                 seed=seed,
-                local_search=variant in ("default", "no-inference", "no-priors"),
+                local_search=variant in LOCAL,
                 memory_prior=variant != "no-priors",
                 throughput_prior=variant != "no-priors",
+                frontier_start=variant != "cover-start",
+                global_every=3 if variant == "tpe-every-3" else 0,
             ),
         }
     )

@@ -318,12 +318,17 @@ class SamplerSpec(_Spec):
     n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
     local_search: bool = True
-    """TPE/GP: the driver proposes start-up trials that cover the space, then unanswered
-    neighbours of the best configurations (one step of one parameter, or a memory trade), before
-    asking the sampler; every ``global_every``-th trial still comes from the sampler
+    """TPE/GP: the driver proposes the start-up trials (the frontier walk, then trials that cover
+    the space), then unanswered neighbours of the best configurations (one step of one parameter,
+    or a memory trade); the sampler is asked when no neighbour is left
     (:mod:`explorer.study._neighbours`)."""
-    global_every: PositiveInt = 3
-    """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood."""
+    frontier_start: bool = True
+    """With ``local_search``: begin with the frontier walk: the configurations the throughput prior
+    ranks highest, each searched for the largest batch it fits, until one runs out of memory where
+    nothing is known to fit (:mod:`explorer.study._frontier`)."""
+    global_every: NonNegativeInt = 0
+    """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood
+    (0: only when no neighbour is left)."""
     memory_prior: bool = True
     """With ``local_search``: neighbours that a memory model fitted to the study's measured peaks
     predicts to run out of memory are proposed after the others (never skipped;

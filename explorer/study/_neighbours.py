@@ -7,10 +7,10 @@ see both checkpointing settings, every backend, and the ends and middle of the b
 
 The spaces explorer searches are small and discrete, and their best configurations sit next to
 other good ones: one step of batch size, one GPU count, checkpointing, the FSDP version or sharding
-strategy away. After the sampler's start-up trials, the optimize loop asks :class:`LocalSearch`
-for an unanswered *neighbour* of the best feasible configuration (then of the runners-up) and
-enqueues it; TPE is asked only when every neighbour of the best few is answered, and every
-``tpe_every``-th trial, so that the search still looks far away.
+strategy away. After the start-up trials, the optimize loop asks :class:`LocalSearch` for an
+unanswered *neighbour* of the best few feasible configurations (their neighbourhoods pooled) and
+enqueues it; TPE is asked only when every neighbour of the best few is answered (and, with
+``sampler.global_every: N``, every N-th trial).
 
 A neighbour differs by one move:
 
@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
 from explorer.spec import ResourcesSpec
+from explorer.study._frontier import frontier_probe
 from explorer.study._inference import inferred_oom
 from explorer.study._memory_model import MemoryModel
 from explorer.study._throughput_prior import Ceilings
@@ -69,6 +70,8 @@ class LocalSearch:
     """Order neighbours predicted to run out of memory last."""
     throughput_prior: bool = True
     """Order neighbours capped below 98% of the best by a faster measured configuration last."""
+    frontier: bool = True
+    """Start with the frontier walk (:mod:`explorer.study._frontier`) before covering the space."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
 
@@ -101,27 +104,56 @@ class LocalSearch:
             ceiling = ceilings.ceiling(c) if ceilings is not None else None
             return fits, ceiling is None or ceiling >= floor, model.predict(c)
 
+        pool: dict[TrialConfig, TrialConfig] = {}  # candidate -> the best base it neighbours
         for base, _ in ranked[: self.elite]:
-            candidates = [
-                c
-                for c in self.moves(base)
-                if c.key() not in answered
-                and invalid_reason(c, self.resources) is None
-                and inferred_oom(c, ooms) is None
-            ]
-            if candidates:
-                return max(candidates, key=order), base
-        return None
+            for c in self.moves(base):
+                if (
+                    c not in pool
+                    and c.key() not in answered
+                    and invalid_reason(c, self.resources) is None
+                    and inferred_oom(c, ooms) is None
+                ):
+                    pool[c] = base
+        if not pool:
+            return None
+        chosen = max(pool, key=order)
+        return chosen, pool[chosen]
+
+    def probe(
+        self,
+        *,
+        seen: Iterable[tuple[str, object]],
+        seed: str,
+        answered: set[str],
+        ooms: list[tuple[int, TrialConfig]],
+        fitted: Iterable[TrialConfig],
+        last: TrialConfig | None,
+    ) -> TrialConfig | None:
+        """The frontier walk's next probe (:mod:`explorer.study._frontier`), or ``None``."""
+        return frontier_probe(
+            space=self.space,
+            valid=self.valid(),
+            answered=answered,
+            ooms=ooms,
+            fitted=fitted,
+            last=last,
+            seen=set(seen),
+            seed=seed,
+        )
+
+    def valid(self) -> list[TrialConfig]:
+        """Every valid configuration of the space (enumerated once)."""
+        if not self._valid:
+            self._valid.extend(c for c in self.space.enumerate() if invalid_reason(c, self.resources) is None)
+        return self._valid
 
     def start(self, *, seen: Iterable[tuple[str, object]], seed: str) -> TrialConfig:
         """A start-up configuration that covers the space: the one with the largest share of its
         Optuna parameter values not ``seen`` in earlier trials (ties broken at random by ``seed``)."""
         import random
 
-        if not self._valid:
-            self._valid.extend(c for c in self.space.enumerate() if invalid_reason(c, self.resources) is None)
         seen = set(seen)
-        configs = list(self._valid)
+        configs = list(self.valid())
         random.Random(seed).shuffle(configs)
 
         def unseen(c: TrialConfig) -> float:

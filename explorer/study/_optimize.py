@@ -141,6 +141,7 @@ def optimize(
             resources=spec.resources,
             memory_prior=spec.sampler.memory_prior,
             throughput_prior=spec.sampler.throughput_prior,
+            frontier=spec.sampler.frontier_start,
         )
         if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
         else None

@@ -8,9 +8,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from explorer.spec import LoadedStudy
+from explorer.study._frontier import frontier_stopped
 from explorer.study._inference import inferred_oom
 from explorer.study._known import Known
 from explorer.study._neighbours import LocalSearch
+from explorer.study._record import config_of, status_of
 from explorer.study._sampler import DEFAULT_STARTUP
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
@@ -36,14 +38,34 @@ def propose_neighbour(
     trials = study.get_trials(deepcopy=False)
     if any(t.state.name == "WAITING" for t in trials):
         return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
-    if len(trials) < startup:
-        seen = [(k, v) for t in trials for k, v in t.params.items()]
-        start = local.start(seen=seen, seed=f"{sampler.seed}:{len(trials)}")
-        study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
-        return
-    if not known.feasible or len(trials) % sampler.global_every == 0:
-        return
     answered = set(known.measured) | {c.key() for c in busy}
+    probes = [
+        (config_of(t), status_of(t))
+        for t in trials
+        if t.user_attrs.get("proposed_by") == "frontier" and "batch_size" in t.user_attrs
+    ]
+    walking = local.frontier and not frontier_stopped(probes)
+    if len(trials) < startup + (0 if walking else len(probes)):
+        seen = [(k, v) for t in trials for k, v in t.params.items()]
+        seed = f"{sampler.seed}:{len(trials)}"
+        probe = None
+        if walking:
+            probe = local.probe(
+                seen=seen,
+                seed=seed,
+                answered=answered,
+                ooms=known.ooms,
+                fitted=[c for c, _, _ in known.feasible.values()],
+                last=probes[-1][0] if probes else None,
+            )
+        if probe is not None:
+            study.enqueue_trial(loaded.space.params_for(probe), user_attrs={"proposed_by": "frontier"})
+        else:
+            start = local.start(seen=seen, seed=seed)
+            study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
+        return
+    if not known.feasible or (sampler.global_every and len(trials) % sampler.global_every == 0):
+        return
     feasible = [(c, v) for c, v, _ in known.feasible.values()]
     proposal = local.propose(
         feasible=feasible, answered=answered, ooms=known.ooms, peaks=known.peaks.values()
