@@ -1,9 +1,10 @@
 """Local search: a start that covers the space, then the configurations next to the best ones,
 proposed before TPE is asked.
 
-The start-up trials are not drawn at random: each is the valid configuration with the largest
-share of parameter values no earlier trial had (ties at random), so that five trials already
-see both checkpointing settings, every backend, and the ends and middle of the batch range.
+The start-up trials are the frontier walk's (:mod:`explorer.study._frontier`) or, once it stops,
+not drawn at random: each is the valid configuration with the largest share of parameter values
+no earlier trial had (ties at random), so that five trials already see both checkpointing
+settings, every backend, and the ends and middle of the batch range.
 
 The spaces explorer searches are small and discrete, and their best configurations sit next to
 other good ones: one step of batch size, one GPU count, checkpointing, the FSDP version or sharding

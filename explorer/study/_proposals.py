@@ -1,6 +1,6 @@
-"""Proposals the driver enqueues before asking the sampler: local search's (a covering start,
-then neighbours of the best configurations) and, with ``when_converged: explore``, an unanswered
-configuration at random."""
+"""Proposals the driver enqueues before asking the sampler: local search's (the frontier walk or
+a covering start, then neighbours of the best configurations) and, with
+``when_converged: explore``, an unanswered configuration at random."""
 
 from __future__ import annotations
 
@@ -30,9 +30,10 @@ def propose_neighbour(
     known: Known,
     busy: Iterable[TrialConfig],
 ) -> None:
-    """Enqueue local search's proposal, when it is its turn: a covering start-up configuration,
-    then an unanswered neighbour of the best configurations, except every ``global_every``-th
-    trial (the sampler's)."""
+    """Enqueue local search's proposal, when it is its turn: a start-up configuration (the
+    frontier walk's probe, or one that covers the space), then an unanswered neighbour of the best
+    configurations; nothing (the sampler's turn) when none is left, or every ``global_every``-th
+    trial if set."""
     sampler = loaded.spec.sampler
     startup = DEFAULT_STARTUP if sampler.n_startup_trials is None else sampler.n_startup_trials
     trials = study.get_trials(deepcopy=False)
