@@ -83,6 +83,18 @@ def test_probes_bisect_the_batch_of_the_fastest_mode(cpu):
     )
 
 
+def test_when_the_fastest_modes_are_searched_out_the_walk_goes_on_with_the_next(cpu):
+    """One process without checkpointing fits the largest batch at both lengths: nothing is left
+    to try there, and every other mode is slower at the same per-device batch."""
+    local = LocalSearch(space=cpu.space, resources=cpu.spec.resources)
+    fitted = [_one(256, seq=64), _one(256, seq=128)]
+    probe = local.probe(
+        seen=set(), seed="0", answered={c.key() for c in fitted}, ooms=[], fitted=fitted, last=fitted[-1]
+    )
+    assert probe is not None
+    assert probe.number_gpus == 2 or probe.gradient_checkpointing
+
+
 def _run(loaded, *, n_trials: int, storage, seed: int = 0):
     from explorer.spec import SamplerSpec
     from explorer.study import open_study, optimize

@@ -9,8 +9,8 @@ from the top of that order:
   checkpointing, sequence length, ...); a mode is *open* while it has a valid configuration that
   is neither answered nor inferred OOM;
 * the walk takes the open mode that no other mode dominates under the throughput prior (a mode
-  counts while some batch of it is not OOM; ties: the one with the most parameter values no
-  earlier trial had, then at random), and
+  counts while some batch of it is not OOM; when those are all searched out, the next ones
+  down; ties: the one with the most parameter values no earlier trial had, then at random), and
   searches its batch sizes by bisection: the middle of its open batches; after a fit, the middle
   of those above the largest batch known to fit (measured, or by memory dominance); after an
   OOM, OOM inference takes the larger batches away. It stays in a mode until nothing above its
@@ -102,6 +102,8 @@ def frontier_probe(
         mode = mode_of(last)
     else:
         top = [m for m in to_try if not any(o != m and throughput_dominates(o, m) for o in alive)]
+        if not top:  # the modes that dominate the rest are searched out: the next ones down
+            top = [m for m in to_try if not any(o != m and throughput_dominates(o, m) for o in to_try)]
         random.Random(seed).shuffle(top)
 
         def unseen(m: TrialConfig) -> float:
