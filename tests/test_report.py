@@ -68,6 +68,9 @@ def _replayed_study(write_study, tmp_path: Path) -> Path:
         {
             "storage": f"sqlite:///{tmp_path}/s.db",
             "n_trials": 18,
+            # random, so that the history has an invalid proposal (3 GPUs) to draw: the default
+            # sampler's own proposals are never invalid
+            "sampler": {"kind": "random", "seed": 0},
             "launcher": {"kind": "replay", "table": "table.csv", "max_retries": 0},
             "search_space": {
                 "parameters": {
