@@ -12,13 +12,14 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "bad_inputs"
@@ -45,13 +46,7 @@ PROBED = ("postgres", "launcher_address")
 
 def _explorer(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the real CLI from the repository root (so the file names it prints are relative)."""
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=SUBPROCESS_TIMEOUT_S,
-    )
+    return run_cli(*args, timeout=SUBPROCESS_TIMEOUT_S)
 
 
 def _sha256(path: Path) -> str:

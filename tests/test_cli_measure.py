@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+
+from tests.builders import run_cli
 
 
 def _measure(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", "measure", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return run_cli("measure", *args, timeout=timeout)
 
 
 def test_measure_prints_every_property_and_stability(write_study, tmp_path):

@@ -15,19 +15,14 @@ import pytest
 from explorer.errors import SpecError
 from explorer.spec import load_study
 from explorer.spec._ray_address import PROBE_TIMEOUT_S, check_ray_address, ray_endpoint
+from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _validate(path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **env},
-    )
+    proc = run_cli("validate", str(path), timeout=60, env=env)
     return proc, time.monotonic() - started
 
 
@@ -119,13 +114,7 @@ def test_ray_address_from_the_environment_is_probed_and_named(write_study, tmp_p
     assert not (tmp_path / "s.db").exists()
     # commands that only read a stored study do not need the cluster: status says what it says
     # about the storage, not about Ray
-    status = subprocess.run(
-        [sys.executable, "-m", "explorer", "status", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "RAY_ADDRESS": "127.0.0.1:1"},
-    )
+    status = run_cli("status", str(path), timeout=60, env={"RAY_ADDRESS": "127.0.0.1:1"})
     assert status.returncode == 2 and "no study" in status.stderr and "Ray" not in status.stderr
 
 

@@ -17,6 +17,7 @@ from explorer.measurement import Outcome
 from explorer.spec import load_study
 from explorer.study import config_of, open_study, optimize, status_of
 from explorer.trial_config import TrialConfig
+from tests.builders import run_cli
 
 ADO_SAMPLE = Path(__file__).resolve().parent / "data" / "ado_sample.csv"
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -145,8 +146,6 @@ def test_optimize_replays_a_study_without_running_anything(write_study, tmp_path
 
 def test_an_export_replays_to_the_same_values(write_study, tmp_path):
     """explorer export writes ado's layout; the replay launcher reads it back unchanged."""
-    import subprocess
-    import sys
 
     recorded = {
         (bs, ckpt): 500.0 - bs - (50.0 if ckpt else 0.0) for bs in (4, 8, 16) for ckpt in (False, True)
@@ -172,8 +171,7 @@ def test_an_export_replays_to_the_same_values(write_study, tmp_path):
     )
     optimize(load_study(first), printer=lambda _: None)
     export = tmp_path / "export.csv"
-    cmd = [sys.executable, "-m", "explorer", "export", str(first), "--csv", str(export)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = run_cli("export", str(first), "--csv", str(export), timeout=120)
     assert done.returncode == 0, done.stderr
     header = export.read_text().splitlines()[0].split(",")
     assert {"identifier", "model_name", "gpu_model", "batch_size", "is_valid", "status"} <= set(header)
@@ -193,10 +191,7 @@ def test_an_export_replays_to_the_same_values(write_study, tmp_path):
 
 
 def test_export_of_a_missing_study_is_one_line(write_study, tmp_path):
-    import subprocess
-    import sys
 
     study = write_study({"storage": f"sqlite:///{tmp_path}/none.db"})
-    cmd = [sys.executable, "-m", "explorer", "export", str(study), "--csv", str(tmp_path / "x.csv")]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    done = run_cli("export", str(study), "--csv", str(tmp_path / "x.csv"), timeout=120)
     assert done.returncode == 2 and "no study 'test'" in done.stderr and "Traceback" not in done.stderr

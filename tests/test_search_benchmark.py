@@ -6,20 +6,19 @@ import csv
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from explorer.search_benchmark import VARIANTS, SearchRun, summarize_runs
+from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _search(study: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The real ``explorer benchmark-search`` command."""
-    cmd = [sys.executable, "-m", "explorer", "benchmark-search", str(study), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return run_cli("benchmark-search", str(study), *args)
 
 
 def test_figures_of_hand_made_runs():

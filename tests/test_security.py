@@ -19,7 +19,7 @@ import pytest
 from explorer.launch import run_trial
 from explorer.launch._command import free_port, trial_environment, zygote_environment
 from explorer.measurement import Outcome
-from tests.builders import start_dashboard
+from tests.builders import run_cli, start_dashboard
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "explorer"
@@ -183,9 +183,7 @@ def test_a_python_tag_in_a_study_file_is_refused_without_running_it(tmp_path):
     marker = tmp_path / "pwned"
     study = tmp_path / "evil.yaml"
     study.write_text(f"name: !!python/object/apply:os.system ['touch {marker}']\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "explorer", "validate", str(study)], capture_output=True, text=True, timeout=60
-    )
+    proc = run_cli("validate", str(study), timeout=60)
     assert proc.returncode == 2 and "python/object" in proc.stderr and proc.stderr.count("\n") == 1
     assert not marker.exists()
     corpus = (REPO / "tests" / "bad_inputs" / "yaml_unknown_tag.yaml").read_text()
