@@ -85,15 +85,14 @@ def frontier_probe(
     for c in valid:
         every.setdefault(mode_of(c), []).append(c)
     to_try: dict[TrialConfig, list[TrialConfig]] = {}
-    alive = [m for m, configs in every.items() if any(inferred_oom(c, ooms) is None for c in configs)]
+    alive = []  # modes with a batch not known to run out of memory
     for mode, configs in every.items():
+        live = [c for c in configs if inferred_oom(c, ooms) is None]
+        if live:
+            alive.append(mode)
         known = [c.batch_size for c in configs if fits_by_dominance(c, fit_proofs) is not None]
         floor = max(known, default=0)
-        open_ = [
-            c
-            for c in configs
-            if c.batch_size > floor and c.key() not in answered and inferred_oom(c, ooms) is None
-        ]
+        open_ = [c for c in live if c.batch_size > floor and c.key() not in answered]
         if open_:
             to_try[mode] = sorted(open_, key=lambda c: c.batch_size)
     if not to_try:

@@ -40,9 +40,11 @@ def propose_neighbour(
     if any(t.state.name == "WAITING" for t in trials):
         return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
     answered = set(known.measured) | {c.key() for c in busy}
+    # the walk probes only within the start-up trials, so at most `startup` probes exist and the
+    # start ends by 2 * startup: past that, no need to read the probes back on every ask
     probes = [
         (config_of(t), status_of(t))
-        for t in trials
+        for t in (trials if len(trials) < 2 * startup else ())
         if t.user_attrs.get("proposed_by") == "frontier" and "batch_size" in t.user_attrs
     ]
     walking = local.frontier and not frontier_stopped(probes)
