@@ -371,10 +371,11 @@ def _dashboard(args: argparse.Namespace) -> int:
 def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]:
     """The study file and its stored study; a missing study is a one-line error."""
     from explorer.spec import load_study
-    from explorer.study import open_existing_study
+    from explorer.study import open_existing_study, recorded_run_folder
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
-    return loaded, open_existing_study(loaded)
+    study = open_existing_study(loaded)
+    return recorded_run_folder(study, loaded), study
 
 
 def _audit(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from explorer.errors import SpecError
 
-__all__ = ["escape", "inside"]
+__all__ = ["default_output_dir", "escape", "inside", "storage_identity"]
 
 
 def escape(root: Path, path: Path) -> str | None:
@@ -38,3 +38,41 @@ def inside(root: Path, paths: Iterable[Path], *, file: str, field: str = "output
         problem = escape(root, path)
         if problem is not None:
             raise SpecError(file=file, field=field, problem=problem)
+
+
+def storage_identity(url: str) -> str:
+    """Which storage ``url`` names, without credentials or options: ``sqlite:////abs/path.db``,
+    ``postgresql://host:port/database``. Two URLs of one storage (other drivers, another user,
+    other options) have one identity."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        return f"sqlite:///{Path(database).resolve() if database not in ('', ':memory:') else database}"
+    port = f":{parsed.port}" if parsed.port else ""
+    return f"{backend}://{parsed.host or ''}{port}/{parsed.database or ''}"
+
+
+def default_output_dir(base: Path, name: str, storage_url: str, file_storage_url: str) -> Path:
+    """The run folder of study ``name`` when the study file sets no ``output_dir``.
+
+    ``explorer-runs/<name>`` next to the study file for the study file's own storage
+    (``file_storage_url``); ``explorer-runs/<name>.<storage>-<hash>`` for any other storage
+    (``--storage``), so that two storages of one study file never share trial files.
+    """
+    import hashlib
+    import re
+
+    folder = base / "explorer-runs"
+    identity = storage_identity(storage_url)
+    if identity == storage_identity(file_storage_url):
+        return folder / name
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(storage_url)
+    label = Path(parsed.database or "memory").stem if parsed.get_backend_name() == "sqlite" else ""
+    label = re.sub(r"[^\w.-]", "_", label or parsed.get_backend_name()).lstrip(".") or "storage"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+    return folder / f"{name}.{label}-{digest}"

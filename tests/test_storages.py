@@ -400,7 +400,7 @@ def test_measurement_store_put_and_lookup(storage_url):
     assert MeasurementStore.for_storage(open_storage(storage_url)).count() == 3  # type: ignore[union-attr]
 
 
-# -- PostgreSQL only: two drivers on one study, and credentials ------------------------------------
+# -- several drivers, several storages ------------------------------------------------------------
 
 
 def _explorer(
@@ -409,14 +409,21 @@ def _explorer(
     return run_cli(*args, timeout=timeout, env={"PYTHONPATH": str(REPO), **(env or {})})
 
 
-def test_two_optimize_processes_share_one_postgresql_study(write_study, tmp_path, postgres_url):
+def _audit_ok(path: Path, *extra: str) -> None:
+    run = _explorer("audit", str(path), *extra)
+    assert run.returncode == 0 and "accounting: ok" in run.stdout, run.stdout + run.stderr
+
+
+def test_two_optimize_processes_share_one_study(write_study, tmp_path, storage_url):
     """Two ``explorer optimize`` processes started at once on one study (same sampler seed, so
     they propose the same configurations): together exactly ``n_trials`` counted trials, no
-    configuration measured twice, nothing left RUNNING, and both did some of the work."""
+    configuration measured twice, nothing left RUNNING, both did some of the work, and the audit
+    is ok. On sqlite the drivers meet through a lock file next to the database; on PostgreSQL
+    through an advisory lock."""
     path = _replay_study(
         write_study,
         tmp_path,
-        postgres_url,
+        storage_url,
         n_trials=10,
         parallel_trials=2,
         launcher={"durations": {"ok_s": 1.5, "oom_s": 0.5, "failed_s": 0.5, "time_scale": 1.0}},
@@ -445,6 +452,44 @@ def test_two_optimize_processes_share_one_postgresql_study(write_study, tmp_path
         if "waits_for" in t.user_attrs and t.user_attrs["waits_for"] is not None:
             assert "reused_from" in t.user_attrs or status_of(t) == "interrupted", t.user_attrs
     assert all(PASSWORD not in out for out in outputs)
+    _audit_ok(path)
+
+
+def test_two_storages_of_one_study_file_keep_their_own_run_folders(write_study, tmp_path):
+    """The same study file run on its own storage and with ``--storage`` another one: each
+    study's trial files are in a folder of its own, recorded in its storage, and both audits are
+    ok (before, the second run overwrote the first one's ``trial-NNNNN`` files)."""
+    path = _replay_study(write_study, tmp_path, None, n_trials=6)
+    other = f"sqlite:///{tmp_path}/other.db"
+    for extra in ((), ("--storage", other)):
+        run = _explorer("optimize", str(path), *extra)
+        assert run.returncode == 0, run.stdout + run.stderr
+    own, second = load_study(path), load_study(path, storage=other)
+    assert own.output_dir != second.output_dir
+    for loaded in (own, second):
+        study = open_study(loaded, create=False)
+        assert study.user_attrs["run_folder"] == str(loaded.output_dir)
+        journals = sorted(p.parent.name for p in loaded.output_dir.glob("trial-*/measurement.json"))
+        assert len(journals) == len(counted_trials(study)) == 6, journals
+    _audit_ok(path)
+    _audit_ok(path, "--storage", other)
+
+
+def test_an_output_dir_of_another_storage_is_refused(write_study, tmp_path):
+    """A study file whose ``output_dir`` is already the run folder of the same study in another
+    storage: one line naming the owner, exit 2, and the second storage is not created."""
+    path = _replay_study(write_study, tmp_path, None, n_trials=2, output_dir="runs")
+    first = _explorer("optimize", str(path))
+    assert first.returncode == 0, first.stdout + first.stderr
+    other = tmp_path / "other.db"
+    second = _explorer("optimize", str(path), "--storage", f"sqlite:///{other}")
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
+    assert "output_dir" in second.stderr and "replay.db" in second.stderr, second.stderr
+    assert not other.exists()
+
+
+# -- PostgreSQL only: credentials ------------------------------------------------------------------
 
 
 def _no_password_anywhere(root: Path, texts: list[str], password: str) -> None:

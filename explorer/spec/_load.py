@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from explorer.errors import SpecError
+from explorer.paths import default_output_dir
 from explorer.spec._models import StudySpec
 from explorer.spec._ray_address import check_ray_address
 
@@ -103,7 +104,10 @@ class LoadedStudy:
     storage_url: str
     """Resolved SQLAlchemy URL (sqlite paths made absolute)."""
     output_dir: Path
-    """Folder for trial logs."""
+    """The run folder: trial folders and logs, write-ahead files, report, ``best`` files. The
+    study file's ``output_dir``, else :func:`explorer.paths.default_output_dir` (one folder per
+    storage). ``optimize`` records it in the study's storage and claims it with a marker file
+    (:mod:`explorer.study._run_folder`)."""
     model_path: str | None
     """Resolved local model directory or hub id."""
     dataset_path: Path | None
@@ -156,6 +160,7 @@ def load_study(
         if n_trials < 1:
             raise SpecError(file="--n-trials", field="", problem=f"{n_trials} must be at least 1")
         raw = {**raw, "n_trials": n_trials}
+    file_storage = raw.get("storage")  # the study file's own storage, before --storage
     if storage is not None:
         raw = {**raw, "storage": storage}
     if replay_table is not None:  # answer the study from a recorded table (benchmark-search)
@@ -235,7 +240,13 @@ def load_study(
     storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
     if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
         check_ray_address(spec.launcher.address, file=label)
-    output_dir = _resolve(base, spec.output_dir) if spec.output_dir else base / "explorer-runs" / spec.name
+    output_dir = (
+        _resolve(base, spec.output_dir)
+        if spec.output_dir
+        else default_output_dir(
+            base, spec.name, storage_url, _file_storage(label, file_storage, base, spec.name)
+        )
+    )
     return LoadedStudy(
         spec=spec,
         space=space,
@@ -289,6 +300,14 @@ def _check_architecture(label: str, arch: dict[str, Any]) -> None:
         config_cls(**{k: v for k, v in arch.items() if k != "model_type"})
     except Exception as exc:  # TypeError, ValueError, or huggingface_hub's StrictDataclassError
         raise SpecError(file=label, field="workload.model.architecture", problem=str(exc)) from None
+
+
+def _file_storage(label: str, url: object, base: Path, name: str) -> str:
+    """The study file's own storage URL, resolved (its default when it names none); a bad one is
+    an error even under ``--storage``."""
+    if not isinstance(url, str):
+        return _default_storage(base, name)
+    return _check_storage_url(label, url, base, name, False)
 
 
 def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_cli: bool) -> str:

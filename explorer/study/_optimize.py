@@ -27,7 +27,7 @@ from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
 from explorer.study._neighbours import LocalSearch
 from explorer.study._open import enqueue_grid, open_existing_study, open_study
-from explorer.study._peers import WAITS_FOR, occupancy, shared, turn
+from explorer.study._peers import WAITS_FOR, Drivers, occupancy
 from explorer.study._record import (
     counted_trials,
     frozen,
@@ -39,6 +39,7 @@ from explorer.study._record import (
     status_of,
 )
 from explorer.study._recover import reclaim_interrupted, reclaim_orphans, requeue
+from explorer.study._run_folder import check_run_folder, claim_run_folder
 from explorer.study._storage import mask_url, open_storage
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
@@ -97,8 +98,12 @@ def optimize(
 
     spec = loaded.spec
     started = time.monotonic()
+    check_run_folder(loaded)  # another storage's study owns the folder: refused before anything is written
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
+    drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
+    with drivers.turn():
+        loaded = claim_run_folder(study, loaded)
     store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
     scope = StoreScope.for_study(loaded) if store is not None else None
     journal = loaded.output_dir if write_ahead else None
@@ -150,7 +155,7 @@ def optimize(
     launcher_started = False
     timed_out = exhausted = False
     last_sweep = time.monotonic()
-    peers = shared(study)  # PostgreSQL: other drivers may run this study too
+    peers = was_shared = False  # other drivers at work now / at the last ask
     launches = first_launches(study) if spec.faults is not None else 0  # first attempts launched so far
 
     def answered(streak: int, number: int, status: str, config: TrialConfig, why: str) -> int:
@@ -204,13 +209,15 @@ def optimize(
             )
             asked = None
             if wanted and room and not (timed_out or exhausted):
-                with turn(study):  # one driver at a time asks (PostgreSQL: other drivers may share the study)
-                    if peers:  # count what every driver has done and is doing
+                with drivers.turn():  # one driver at a time asks
+                    peers = drivers.others()
+                    if peers or was_shared:  # count what every driver has done and is doing
                         occupied = occupancy(study, known)
                         done = occupied.counted
                         free = occupied.left(spec.n_trials) > 0
                     else:
                         free = done + len(in_flight) + len(pending) < spec.n_trials
+                    was_shared = peers
                     if free:
                         asked = ask_trial(
                             study,
@@ -354,6 +361,7 @@ def optimize(
     finally:
         if owns_launcher and launcher_started:
             launcher.shutdown()
+        drivers.leave()
         stop.restore()
     _note_early_stop(study, done=done, n_trials=spec.n_trials, timed_out=timed_out, exhausted=exhausted)
     statuses: dict[str, int] = {}

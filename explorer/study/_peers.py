@@ -2,12 +2,17 @@
 the storage, so that together they run ``n_trials`` counted trials and measure no configuration
 twice.
 
-* Each driver asks for a trial only in its *turn*: on PostgreSQL a transaction-scoped advisory
-  lock per study (``pg_advisory_xact_lock``; released when the transaction ends, or when a killed
-  driver's connection drops). Inside it the driver re-reads the study (trials counted, trials
-  RUNNING that may still count, configurations measured by anyone), asks, and tags the new trial
-  with its configuration and driver, so the next driver's turn sees it. Other storages take no
-  lock: one driver per study (sqlite is a file on one machine; in-memory studies have no peers).
+* Each driver asks for a trial only in its *turn* (:class:`Drivers`): on PostgreSQL a
+  transaction-scoped advisory lock per study (``pg_advisory_xact_lock``; released when the
+  transaction ends, or when a killed driver's connection drops); on a sqlite file a POSIX lock on
+  a file next to the database (``<db>.explorer.lock``; released when the process dies, however it
+  dies). Inside it the driver re-reads the study (trials counted, trials RUNNING that may still
+  count, configurations measured by anyone), asks, and tags the new trial with its configuration
+  and driver, so the next driver's turn sees it.
+* A driver re-reads the study only while it may have company: on PostgreSQL always (drivers on
+  other hosts cannot be seen), on sqlite while another live process holds the same lock file (a
+  lock probe, no storage read, so a driver alone pays nothing). An in-memory study has no peers.
+  MySQL: a session lock (``GET_LOCK``) held for the driver's life refuses a second driver.
 * A configuration that another live driver is measuring right now is not started again: the new
   trial records ``waits_for`` (that trial's number) and is answered from it when it ends (see
   :func:`settled`). Trials with ``waits_for`` do not count towards the room left, as they will be
@@ -17,6 +22,8 @@ twice.
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
 import socket
 import zlib
@@ -33,14 +40,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WAITS_FOR",
+    "Drivers",
     "Room",
     "is_mine",
     "learn",
     "occupancy",
     "running_elsewhere",
     "settled",
-    "shared",
-    "turn",
 ]
 
 WAITS_FOR = "waits_for"
@@ -67,31 +73,111 @@ def is_mine(trial: optuna.trial.FrozenTrial) -> bool:
     )
 
 
-def shared(study: optuna.Study) -> bool:
-    """Whether other drivers may share ``study``: its storage is PostgreSQL. (sqlite is one
-    driver's file; an in-memory study has no peers.) Only then does a driver take turns and re-read
-    what the others did; alone, it knows everything already."""
-    from optuna.storages import RDBStorage
+class Drivers:
+    """This process's place among the drivers of one study: its turn to ask (:meth:`turn`) and
+    whether other drivers may be at work (:meth:`others`). Made by :meth:`join`; :meth:`leave`
+    when the driver ends (a dead process leaves by itself: its locks go with it)."""
 
-    storage = study._storage
-    backend = getattr(storage, "_backend", storage)  # optuna.storages._CachedStorage wraps RDB
-    return isinstance(backend, RDBStorage) and backend.engine.name == "postgresql"
+    def __init__(
+        self,
+        *,
+        study_name: str,
+        engine: Any = None,
+        lock_fd: int | None = None,
+        mysql_conn: Any = None,
+    ) -> None:
+        self._key = zlib.crc32(f"explorer-driver:{study_name}".encode())
+        self._engine = engine  # PostgreSQL: every driver may have company
+        self._fd = lock_fd  # sqlite: the lock file next to the database
+        self._mysql = mysql_conn  # MySQL: the connection holding this driver's session lock
+        self._turn_at = 2 * (self._key % (1 << 30))  # byte ranges of this study in the lock file
+        self._presence_at = self._turn_at + 1
 
+    @classmethod
+    def join(cls, study: optuna.Study) -> Drivers:
+        """Join ``study``'s drivers (a sqlite driver marks itself present for its life).
 
-@contextlib.contextmanager
-def turn(study: optuna.Study) -> Iterator[None]:
-    """Hold the study's driver lock (PostgreSQL; no lock on other storages) for one ask."""
-    if not shared(study):
-        yield
-        return
-    import sqlalchemy
+        Raises:
+            SpecError: MySQL, and another driver holds the study.
+        """
+        from optuna.storages import RDBStorage
 
-    backend: Any = getattr(study._storage, "_backend", study._storage)
+        backend = getattr(study._storage, "_backend", study._storage)  # _CachedStorage wraps RDB
+        if not isinstance(backend, RDBStorage):
+            return cls(study_name=study.study_name)  # in memory: no peers
+        engine = backend.engine
+        if engine.name == "postgresql":
+            return cls(study_name=study.study_name, engine=engine)
+        if engine.name == "mysql":
+            return cls._join_mysql(study.study_name, engine)
+        database = engine.url.database or ""
+        if engine.name != "sqlite" or database in ("", ":memory:"):
+            return cls(study_name=study.study_name)
+        fd = os.open(f"{database}.explorer.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        drivers = cls(study_name=study.study_name, lock_fd=fd)
+        fcntl.lockf(fd, fcntl.LOCK_SH, 1, drivers._presence_at)  # held until this process ends
+        return drivers
 
-    key = zlib.crc32(f"explorer-driver:{study.study_name}".encode())
-    with backend.engine.begin() as conn:  # the lock ends with this transaction
-        conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
-        yield
+    @classmethod
+    def _join_mysql(cls, study_name: str, engine: Any) -> Drivers:
+        import sqlalchemy
+
+        from explorer.errors import SpecError
+
+        conn = engine.connect()
+        key = f"explorer-driver:{study_name}"
+        if conn.execute(sqlalchemy.text("SELECT GET_LOCK(:k, 0)"), {"k": key}).scalar() != 1:
+            conn.close()
+            raise SpecError(
+                file="storage",
+                field="",
+                problem=f"another explorer process drives study {study_name!r} in this MySQL storage, "
+                "and MySQL studies take one driver at a time; wait for it, or use PostgreSQL",
+            )
+        return cls(study_name=study_name, mysql_conn=conn)
+
+    def others(self) -> bool:
+        """Whether other drivers may be at work on the study now (PostgreSQL: always)."""
+        if self._engine is not None:
+            return True
+        if self._fd is None:
+            return False
+        try:  # another process present holds a shared lock on the byte: no exclusive one then
+            fcntl.lockf(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self._presence_at)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return True
+            raise
+        fcntl.lockf(self._fd, fcntl.LOCK_SH, 1, self._presence_at)  # back to merely present
+        return False
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold the study's driver lock for one ask (and what must not race with another driver)."""
+        if self._fd is not None:
+            fcntl.lockf(self._fd, fcntl.LOCK_EX, 1, self._turn_at)
+            try:
+                yield
+            finally:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, self._turn_at)
+            return
+        if self._engine is None:
+            yield
+            return
+        import sqlalchemy
+
+        with self._engine.begin() as conn:  # the lock ends with this transaction
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:key)"), {"key": self._key})
+            yield
+
+    def leave(self) -> None:
+        """Give up this driver's locks."""
+        if self._fd is not None:
+            os.close(self._fd)  # every POSIX lock of this process on the file goes with it
+            self._fd = None
+        if self._mysql is not None:
+            self._mysql.close()
+            self._mysql = None
 
 
 def learn(study: optuna.Study, known: Known) -> list[optuna.trial.FrozenTrial]:

@@ -1,0 +1,91 @@
+"""A study's run folder belongs to the study in its storage, not to the study file.
+
+``optimize`` records the folder in the study (user attr ``run_folder``), so that a study's files
+can be found from its storage alone, and claims it with a marker file (``.explorer-study``: the
+study's name and storage, no credentials). A folder that another storage's study has claimed is
+refused: two storages never share trial files (``trial-00004`` of one would overwrite the
+other's). The default folder is already one per storage (:func:`explorer.paths.default_output_dir`);
+the marker catches an ``output_dir`` set by hand to a folder some other storage uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from explorer.errors import SpecError
+from explorer.paths import storage_identity
+from explorer.spec import LoadedStudy
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["MARKER", "RUN_FOLDER", "check_run_folder", "claim_run_folder", "recorded_run_folder"]
+
+RUN_FOLDER = "run_folder"
+"""Study user attr: the absolute path of the study's run folder."""
+MARKER = ".explorer-study"
+"""The file in a run folder that names the study (and storage) the folder belongs to."""
+
+
+def _owner(loaded: LoadedStudy) -> dict[str, str]:
+    return {"study": loaded.spec.name, "storage": storage_identity(loaded.storage_url)}
+
+
+def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
+    """Refuse ``folder`` (default: ``loaded.output_dir``) when another study has claimed it.
+
+    Raises:
+        SpecError: naming the study and storage that own it; nothing is written.
+    """
+    folder = folder or loaded.output_dir
+    marker = folder / MARKER
+    if not marker.is_file():
+        return
+    try:
+        owner = json.loads(marker.read_text())
+    except json.JSONDecodeError:
+        owner = {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
+    if owner != _owner(loaded):
+        raise SpecError(
+            file=str(loaded.file),
+            field="output_dir",
+            problem=f"{folder} holds the trials of study {owner.get('study')!r} in {owner.get('storage')}; "
+            "give this study's storage its own output_dir",
+        )
+
+
+def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
+    """``loaded`` with the study's run folder: the one recorded in the storage, else
+    ``loaded.output_dir``, claimed now (marker written, folder recorded). Call it in the
+    driver's turn, so that two drivers of one study record one folder.
+
+    Raises:
+        SpecError: the folder belongs to another storage's study.
+    """
+    recorded = study.user_attrs.get(RUN_FOLDER)
+    folder = Path(recorded) if isinstance(recorded, str) else loaded.output_dir
+    check_run_folder(loaded, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:  # created at most once, by whoever comes first; a loser re-checks the winner's
+        fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        check_run_folder(loaded, folder)
+    else:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(_owner(loaded), fh)
+    if recorded != str(folder):
+        study.set_user_attr(RUN_FOLDER, str(folder))
+    return dataclasses.replace(loaded, output_dir=folder)
+
+
+def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
+    """``loaded`` with the run folder the study records (readers: audit, best, report, ...);
+    as it is for a study that records none (made before folders were recorded)."""
+    recorded = study.user_attrs.get(RUN_FOLDER)
+    if isinstance(recorded, str) and Path(recorded) != loaded.output_dir:
+        return dataclasses.replace(loaded, output_dir=Path(recorded))
+    return loaded
