@@ -1,6 +1,6 @@
 # The two set-up commands of the README. Each installs what it needs into .venv first
 # (make test also the PostgreSQL server binaries the suite starts a throwaway server from).
-.PHONY: quickstart test test-all lint
+.PHONY: quickstart test test-slow test-all lint
 
 quickstart:
 	bash scripts/bootstrap.sh '[dashboard]'
@@ -10,6 +10,11 @@ test:
 	bash scripts/bootstrap.sh '[test]'
 	bash scripts/postgres.sh install
 	.venv/bin/python -m pytest -q
+
+test-slow:
+	bash scripts/bootstrap.sh '[test]'
+	bash scripts/postgres.sh install
+	.venv/bin/python -m pytest -q -m "slow and not gpu"
 
 test-all:
 	bash scripts/bootstrap.sh '[test]'

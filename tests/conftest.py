@@ -175,3 +175,17 @@ def storage_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
     return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``@pytest.mark.slow_postgresql``: the PostgreSQL case of a storage-suite test is ``slow``
+    (its sqlite case keeps the path in the default suite; the slow run covers both backends)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if (
+            item.get_closest_marker("slow_postgresql")
+            and callspec is not None
+            and callspec.params.get("storage_url") == "postgresql"
+        ):
+            item.add_marker(pytest.mark.slow)

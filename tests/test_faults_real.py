@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from explorer.launch import SLOT_ATTR
@@ -26,6 +27,7 @@ def _audit(path: Path, storage: str | None = None):
     )
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_the_quickstart_with_a_crash_a_hang_and_an_actor_kill(tmp_path):
     """``studies/quickstart-faults.yaml`` through the real CLI (a copy, with its output here)."""
     data = yaml.safe_load((REPO / "studies" / "quickstart-faults.yaml").read_text())
@@ -54,6 +56,7 @@ def test_the_quickstart_with_a_crash_a_hang_and_an_actor_kill(tmp_path):
     assert audited.returncode == 0 and "accounting: ok" in audited.stdout, audited.stdout + audited.stderr
 
 
+@pytest.mark.slow_postgresql
 def test_a_real_oom_segfault_and_node_restart(write_study, tmp_path, storage_url):
     """Trial 0 runs out of memory (a real allocator failure), trial 1's rank 0 segfaults, and
     trial 3's local Ray node is shut down and started again 1 s in, losing what ran on it."""

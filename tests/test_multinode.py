@@ -182,6 +182,7 @@ def _worker_processes() -> list[str]:
     return found
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_study, tmp_path):
     cluster = two_node_cluster
     state = _cluster_state(cluster)

@@ -77,9 +77,7 @@ def test_auto_without_a_running_cluster_is_one_line(tmp_path, monkeypatch):
 def test_a_real_ray_cluster_passes(ray_local, write_study):
     """The probe's gRPC health check is answered by a real Ray GCS (not only refused elsewhere)."""
     gcs = ray_local.get_runtime_context().gcs_address
-    started = time.monotonic()
     check_ray_address(gcs, file="s.yaml")
-    assert time.monotonic() - started < 2.0
     loaded = load_study(write_study({"launcher": {"kind": "ray", "address": gcs}}))
     assert loaded.spec.launcher.address == gcs
 

@@ -53,6 +53,7 @@ def _cfg(**kw) -> TrialConfig:
 # -- the optimize spine on real workers ------------------------------------------------------------
 
 
+@pytest.mark.slow_postgresql
 def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write_study, storage_url):
     path = write_study(
         {
@@ -132,6 +133,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert more.counted == 5 and len(counted_trials(open_study(loaded, create=False))) == 5
 
 
+@pytest.mark.slow_postgresql
 def test_failed_trial_is_retried_then_failed(write_study, storage_url):
     path = write_study(
         {
@@ -169,6 +171,7 @@ def _worker_pids(exclude: frozenset[int] = frozenset()) -> set[int]:
     return pids - exclude
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
     """SIGKILL `explorer optimize` mid-trial; the rerun re-measures that configuration."""
     path = write_study(

@@ -26,16 +26,15 @@ def _zygote_process(sock) -> psutil.Process:
     return proc
 
 
-def test_an_oom_costs_a_fraction_of_a_cold_start(make_job, tmp_path):
-    """The point of the zygote: an OOM configuration fails in about a second, not after imports."""
+def test_an_oom_fails_the_same_warm_and_cold(make_job, tmp_path):
+    """An OOM configuration is classified alike whether it starts warm (forked from the zygote)
+    or cold. How much sooner it fails warm is a speed figure: benchmarks/warm_vs_cold.py."""
     job = make_job(batch_size=512, number_gpus=1, distributed_backend="NONE")
     sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
     warm = run_trial(job, work_dir=tmp_path / "warm", timeout_s=240, warm_start=True, zygote=sock)
     cold = run_trial(job, work_dir=tmp_path / "cold", timeout_s=240, warm_start=False)
     assert warm.outcome is Outcome.OOM and cold.outcome is Outcome.OOM
     assert warm.extra["start"] == "warm" and cold.extra["start"] == "cold"
-    # cold pays ~4-5 s of imports here; warm well under half of it even on a loaded machine
-    assert warm.wall_seconds < 0.5 * cold.wall_seconds, (warm.wall_seconds, cold.wall_seconds)
 
 
 def test_a_rank_dies_when_its_client_hangs_up(make_job, tmp_path):
