@@ -219,7 +219,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from explorer.measure import config_from_cli, measure
+    from explorer.measure import config_from_cli, measure, none_measured
     from explorer.spec import load_study
     from explorer.stability import summarize
     from explorer.validity import invalid_reason
@@ -270,6 +270,10 @@ def _measure(args: argparse.Namespace) -> int:
             f"stability over {s.n}: f_gpu_oom {s.f_gpu_oom:.2f}  f_other_error {s.f_other_error:.2f}  "
             f"f_no_error {s.f_no_error:.2f}  mean {s.mean:.1f} tok/s/gpu  CV {100 * s.cv:.1f}%"
         )
+    failed = none_measured(results)
+    if failed:
+        print(f"explorer: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -11,14 +12,14 @@ import yaml
 
 from explorer.errors import SpecError
 from explorer.job import TrialJob
-from explorer.measurement import Measurement
+from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy, read_yaml
 from explorer.trial_config import TrialConfig
 
 if TYPE_CHECKING:
     from explorer.launch import Launcher
 
-__all__ = ["config_from_cli", "measure", "with_measurement"]
+__all__ = ["config_from_cli", "measure", "none_measured", "with_measurement"]
 
 
 def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | None) -> TrialConfig:
@@ -53,6 +54,8 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
         if not kind_ok.get(spec.kind, isinstance(value, str)):
             raise SpecError(file="--set", field=name, problem=f"{value!r} is not a {spec.kind}")
         problem = spec.check(value)
+        if problem is None and spec.check_transformers is not None:
+            problem = spec.check_transformers(value)
         if problem:
             raise SpecError(file="--set", field=name, problem=problem)
     for name in ("batch_size", "number_gpus"):
@@ -116,6 +119,16 @@ def measure(
         if owns_launcher:
             launcher.shutdown()
     return results
+
+
+def none_measured(results: list[Measurement]) -> str | None:
+    """One line saying that no repeat produced a measurement, with their outcomes; ``None`` when
+    at least one did (``explorer measure`` then exits 0, else 1)."""
+    if any(m.outcome is Outcome.OK and m.properties is not None for m in results):
+        return None
+    outcomes = ", ".join(f"{n} {outcome}" for outcome, n in Counter(m.outcome.value for m in results).items())
+    repeats = f"{len(results)} repeat" + ("s" if len(results) > 1 else "")
+    return f"no measurement: {repeats} ended {outcomes}"
 
 
 def with_measurement(loaded: LoadedStudy, **update: Any) -> LoadedStudy:

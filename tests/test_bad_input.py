@@ -4,6 +4,11 @@ Each case is a near-copy of ``studies/quickstart.yaml`` with one thing wrong. ``
 must exit with status 2, print exactly one line on stderr naming the file, the field and the
 problem (as listed in ``tests/bad_inputs/expected.yaml``), print no traceback, and leave the
 storage byte-for-byte untouched.
+
+The corpus runs the CLI in this process (``explorer.cli.main``): a fresh interpreter per case
+cost about a second each (two minutes for the corpus). An exception that escaped ``main`` fails
+the test as a traceback would; ``test_real_process`` checks the real process boundary (the exit
+status and stderr of ``python -m explorer``) on a few cases.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ STORAGE_CASES = sorted(c for c in EXPECTED if EXPECTED[c].get("own_storage"))
 # the whole space against the resources, the model, the storage URL).
 VALIDATE_CASES = [
     "yaml_tab_indent.yaml",
+    "dup_key_top.yaml",
+    "arch_misspelt_key.yaml",
+    "optim_misspelt.yaml",
     "type_bool_for_int.yaml",
     "empty_choices.yaml",
     "all_invalid_odd_batches.yaml",
@@ -38,6 +46,11 @@ VALIDATE_CASES = [
     "launcher_address_closed_port.yaml",
     "name_dotdot.yaml",
 ]
+REAL_PROCESS_CASES = [
+    ("optimize", "arch_negative_hidden_size.yaml"),
+    ("validate", "dup_key_architecture.yaml"),
+]
+"""The real ``python -m explorer`` runs these (the rest of the corpus runs in this process)."""
 SUBPROCESS_TIMEOUT_S = 60
 POSTGRES_MAX_S = 15
 PROBED = ("postgres", "launcher_address")
@@ -47,6 +60,22 @@ PROBED = ("postgres", "launcher_address")
 def _explorer(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the real CLI from the repository root (so the file names it prints are relative)."""
     return run_cli(*args, timeout=SUBPROCESS_TIMEOUT_S)
+
+
+def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``explorer ARGS`` in this process (``explorer.cli.main``), its output captured by ``capsys``."""
+    from explorer.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, captured.out, captured.err)
+
+
+@pytest.fixture
+def in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run from the repository root (so the file names the CLI prints are relative)."""
+    monkeypatch.chdir(REPO)
 
 
 def _sha256(path: Path) -> str:
@@ -97,7 +126,7 @@ def storage_copy(tmp_path: Path, pristine_db: Path) -> tuple[Path, str]:
 
 
 def test_corpus_matches_expected():
-    assert len(CASES) >= 32
+    assert len(CASES) >= 104
     assert sorted(EXPECTED) == CASES, "every case needs an entry in expected.yaml, and vice versa"
     assert len(STORAGE_CASES) >= 3
     for case, want in EXPECTED.items():
@@ -106,7 +135,9 @@ def test_corpus_matches_expected():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_bad_input_fails_with_one_line(case: str, storage_copy: tuple[Path, str]):
+def test_bad_input_fails_with_one_line(
+    case: str, storage_copy: tuple[Path, str], in_repo: None, capsys: pytest.CaptureFixture[str]
+):
     own_storage = bool(EXPECTED[case].get("own_storage"))
     db, digest = storage_copy
     args = ["optimize", f"tests/bad_inputs/{case}"]
@@ -115,7 +146,7 @@ def test_bad_input_fails_with_one_line(case: str, storage_copy: tuple[Path, str]
     corpus_before = _tree(CORPUS)
 
     started = time.monotonic()
-    proc = _explorer(*args)
+    proc = _in_process(capsys, *args)
     elapsed = time.monotonic() - started
 
     _assert_one_line_error(proc, case)
@@ -129,15 +160,30 @@ def test_bad_input_fails_with_one_line(case: str, storage_copy: tuple[Path, str]
 
 
 @pytest.mark.parametrize("case", VALIDATE_CASES)
-def test_validate_refuses_too(case: str, storage_copy: tuple[Path, str]):
+def test_validate_refuses_too(
+    case: str, storage_copy: tuple[Path, str], in_repo: None, capsys: pytest.CaptureFixture[str]
+):
     db, digest = storage_copy
     args = ["validate", f"tests/bad_inputs/{case}"]
     if not EXPECTED[case].get("own_storage"):
         args += ["--storage", f"sqlite:///{db}"]
     started = time.monotonic()
-    _assert_one_line_error(_explorer(*args), case)
+    _assert_one_line_error(_in_process(capsys, *args), case)
     assert time.monotonic() - started < POSTGRES_MAX_S
     assert _sha256(db) == digest
+
+
+@pytest.mark.parametrize(("command", "case"), REAL_PROCESS_CASES)
+def test_real_process(command: str, case: str, storage_copy: tuple[Path, str]):
+    """A real ``python -m explorer`` process exits with status 2 and prints one line, no traceback."""
+    db, digest = storage_copy
+    corpus_before = _tree(CORPUS)
+    _assert_one_line_error(
+        _explorer(command, f"tests/bad_inputs/{case}", "--storage", f"sqlite:///{db}"), case
+    )
+    assert _sha256(db) == digest
+    assert os.listdir(db.parent) == [db.name]
+    assert _tree(CORPUS) == corpus_before
 
 
 # -- good inputs: the validator accepts the real quickstart and the corpus's baseline --------------

@@ -46,3 +46,15 @@ def test_measure_refuses_an_invalid_configuration(write_study):
     proc = _measure(str(study), "--set", "batch_size=3", "--set", "number_gpus=2", timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "not divisible by number_gpus" in proc.stderr
+
+
+def test_measure_exits_1_when_no_repeat_measured(write_study):
+    """A batch far beyond the 0.5 GiB memory cap runs out of memory on its first step: the one
+    repeat measured nothing, so ``measure`` says so in one line and exits 1 (not 0)."""
+    study = write_study()
+    proc = _measure(str(study), "--set", "batch_size=512", "--set", "number_gpus=1", timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "repeat 1: oom" in proc.stdout
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("explorer:")]
+    assert ours == ["explorer: no measurement: 1 repeat ended 1 oom"], proc.stderr
+    assert "Traceback" not in proc.stderr

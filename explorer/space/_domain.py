@@ -148,6 +148,8 @@ def parse_domain(raw: Any, *, kind: str) -> Domain:
         low, high = int(check(raw["low"])), int(check(raw["high"]))
         if low > high:
             raise ValueError(f"low ({low}) is greater than high ({high}): the domain is empty")
+        if not isinstance(raw.get("log2", False), bool):
+            raise ValueError(f"log2 must be true or false, not {raw['log2']!r}")
         if raw.get("log2"):
             if "step" in keys:
                 raise ValueError("give step or log2, not both")

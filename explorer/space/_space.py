@@ -6,8 +6,9 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,9 @@ class _Param:
     kind: str
     check: Callable[[Value], str | None]
     doc: str
+    check_transformers: Callable[[Value], str | None] | None = None
+    """A check that imports transformers (seconds): run only where the model is checked too
+    (``validate``, ``optimize``, ``measure``), not by the commands that read a stored study."""
 
 
 def _positive(v: Value) -> str | None:
@@ -40,6 +44,22 @@ def _one_of(allowed: tuple[Value, ...]) -> Callable[[Value], str | None]:
 
 def _any(v: Value) -> str | None:
     return None
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean X"`` for the known name closest to ``name`` (case ignored), or ``""``."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]}" if close else ""
+
+
+def _optimizer(v: Value) -> str | None:
+    from transformers.training_args import OptimizerNames
+
+    known = [o.value for o in OptimizerNames]
+    if v in known:
+        return None
+    return f"{v!r} is not a transformers optimizer (TrainingArguments.optim){did_you_mean(str(v), known)}"
 
 
 PARAMETERS: dict[str, _Param] = {
@@ -55,7 +75,7 @@ PARAMETERS: dict[str, _Param] = {
     "model_max_length": _Param("int", _positive, "sequence length (default: the workload's)"),
     "gradient_accumulation_steps": _Param("int", _positive, "micro-steps per optimizer step"),
     "lora_r": _Param("int", _positive, "LoRA rank (LoRA workloads only)"),
-    "optim": _Param("str", _any, "TrainingArguments.optim"),
+    "optim": _Param("str", _any, "TrainingArguments.optim", check_transformers=_optimizer),
     "torch_compile": _Param("bool", _any, "torch.compile the model"),
 }
 REQUIRED = ("batch_size", "number_gpus", "gradient_checkpointing")
@@ -69,8 +89,14 @@ class SearchSpace:
     lora: bool
 
     @classmethod
-    def from_raw(cls, raw: Any, *, file: str, workload: WorkloadSpec) -> SearchSpace:
+    def from_raw(
+        cls, raw: Any, *, file: str, workload: WorkloadSpec, check_transformers: bool = False
+    ) -> SearchSpace:
         """Validate a search-space mapping (``{parameters: {...}}``) and fill in defaults.
+
+        Args:
+            check_transformers: also run the checks that import transformers (the optimizer
+                names), a few seconds.
 
         Raises:
             SpecError: naming ``file`` and the offending field.
@@ -83,7 +109,9 @@ class SearchSpace:
             raise fail("", "a search space must be a mapping with a 'parameters' key")
         extra = set(raw) - {"parameters", "description"}
         if extra:
-            raise fail(sorted(extra)[0], "unknown key (allowed: parameters, description)")
+            raise fail(sorted(map(str, extra))[0], "unknown key (allowed: parameters, description)")
+        if not isinstance(raw.get("description", ""), str):
+            raise fail("description", "must be text")
         params = raw.get("parameters")
         if not isinstance(params, dict) or not params:
             raise fail("parameters", "missing or empty; give a mapping of parameter domains")
@@ -92,13 +120,16 @@ class SearchSpace:
             field = f"parameters.{name}"
             spec = PARAMETERS.get(str(name))
             if spec is None:
-                raise fail(field, f"unknown parameter; known: {', '.join(PARAMETERS)}")
+                hint = did_you_mean(str(name), PARAMETERS)
+                raise fail(field, f"unknown parameter{hint}; known: {', '.join(PARAMETERS)}")
             try:
                 domain = parse_domain(value, kind=spec.kind)
             except ValueError as exc:
                 raise fail(field, str(exc)) from None
             for v in domain.values:
                 problem = spec.check(v)
+                if problem is None and check_transformers and spec.check_transformers is not None:
+                    problem = spec.check_transformers(v)
                 if problem:
                     raise fail(field, problem)
             domains[str(name)] = domain

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
+import inspect
+import logging
+import math
 import os
 import re
+import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from explorer.errors import SpecError
 from explorer.paths import default_output_dir
@@ -73,6 +81,7 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
                     field="",
                     problem=f"more than {MAX_YAML_NODES} YAML nodes once aliases are expanded",
                 )
+        _refuse_duplicate_keys(name, yaml.compose(text, Loader=yaml.SafeLoader))
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -81,16 +90,75 @@ def read_yaml(path: Path, *, label: str | None = None) -> Any:
         raise SpecError(file=name, field="", problem=f"YAML syntax error{where}: {problem}") from None
 
 
+def _refuse_duplicate_keys(name: str, root: yaml.Node | None) -> None:
+    """Refuse a key given twice in one mapping, at any depth (``yaml.safe_load`` keeps the last).
+
+    Keys are compared as ``safe_load`` builds them (``0x10`` and ``16`` are the same key); the
+    explicit keys after a merge (``<<: *base``) override the merged ones, as YAML means them to.
+    """
+    constructor = yaml.constructor.SafeConstructor()
+    stack: list[tuple[yaml.Node, str]] = [(root, "")] if root is not None else []
+    seen: set[int] = set()  # an aliased node is walked once
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, f"{path}.{i}" if path else str(i)) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, str] = {}
+            for key_node, value_node in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    stack.append((value_node, path))
+                    continue
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue  # a list or mapping as a key: safe_load refuses it with its own error
+                key = constructor.construct_object(key_node)
+                field = f"{path}.{key}" if path else str(key)
+                mark = key_node.start_mark
+                where = f"line {mark.line + 1}, column {mark.column + 1}"
+                if key in first_line:
+                    raise SpecError(
+                        file=name,
+                        field=field,
+                        problem=f"duplicate key at {where} (first at {first_line[key]}); "
+                        "YAML would silently keep the last value",
+                    )
+                first_line[key] = where
+                stack.append((value_node, field))
+
+
 def _pydantic_error(file: str, exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key"
+        from explorer.space._space import did_you_mean
+
+        msg = "unknown key" + did_you_mean(loc[-1], _keys_at(loc[:-1])) if loc else "unknown key"
     elif err["type"] == "missing":
         msg = "required field is missing"
     msg = msg.removeprefix("Value error, ")
     return SpecError(file=file, field=".".join(loc), problem=msg)
+
+
+def _keys_at(loc: list[str]) -> list[str]:
+    """The keys of the study-file section at ``loc`` (``["workload", "model"]``), or none."""
+    model: type[BaseModel] = StudySpec
+    for part in loc:
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        nested = [
+            t
+            for t in (field.annotation, *typing.get_args(field.annotation))
+            if isinstance(t, type) and issubclass(t, BaseModel)
+        ]
+        if not nested:
+            return []
+        model = nested[0]
+    return list(model.model_fields)
 
 
 @dataclass(frozen=True)
@@ -192,15 +260,29 @@ def load_study(
         space_raw = read_yaml(space_file, label=space_label)
     else:
         space_label, space_raw = f"{label} (search_space)", spec.search_space
-    space = SearchSpace.from_raw(space_raw, file=space_label, workload=spec.workload)
+    space = SearchSpace.from_raw(
+        space_raw, file=space_label, workload=spec.workload, check_transformers=check_model
+    )
 
     # Model and dataset.
     model = spec.workload.model
     model_path: str | None = None
     if model.path is not None:
         local = _resolve(base, model.path)
-        if local.exists():
+        if local.is_dir():
+            if not (local / "config.json").is_file():
+                raise SpecError(
+                    file=label,
+                    field="workload.model.path",
+                    problem=f"{model.path} has no config.json: not a transformers model folder",
+                )
             model_path = str(local)
+        elif local.exists():
+            raise SpecError(
+                file=label,
+                field="workload.model.path",
+                problem=f"{model.path} is a file; give the model's folder (with config.json) or a hub id",
+            )
         elif model.is_hub_id:
             model_path = model.path
         else:
@@ -215,7 +297,8 @@ def load_study(
             raise SpecError(
                 file=label,
                 field="workload.dataset.path",
-                problem=f"{spec.workload.dataset.path} does not exist",
+                problem=f"{spec.workload.dataset.path} "
+                + ("is a folder; give a JSONL file" if dataset_path.is_dir() else "does not exist"),
             )
 
     # Every configuration invalid? Then no study is worth starting.
@@ -285,21 +368,125 @@ def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: P
     return table
 
 
+ARCH = "workload.model.architecture"
+SIZE_KEY = re.compile(r"^(num_|n_)|_size$|_dim$|_heads$|_layers$|^max_position_embeddings$")
+"""Architecture keys that are sizes or counts: positive, unless the config class's own default is
+zero or negative (a sentinel such as ``num_shared_experts: 0``)."""
+ACTIVATION_KEY = re.compile(r"_act$|activation$|activation_function$")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _attr(config: Any, key: str) -> Any:
+    """``config.key``, or None where the config has none or will not say (a heterogeneous
+    config raises its own error for a per-layer attribute read globally)."""
+    try:
+        return getattr(config, key, None)
+    except Exception:  # AmbiguousGlobalPerLayerAttributeError and the like: no single value
+        return None
+
+
+@contextlib.contextmanager
+def _transformers_warnings() -> Iterator[list[str]]:
+    """Collect what transformers logs at WARNING and above instead of printing it (the CLI prints
+    one line), and silence Python warnings (deprecations) meanwhile."""
+    import warnings
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    messages: list[str] = []
+    logger = logging.getLogger("transformers")
+    handlers, level = logger.handlers[:], logger.level
+    logger.handlers, logger.level = [_Collect(logging.WARNING)], logging.WARNING
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield messages
+    finally:
+        logger.handlers, logger.level = handlers, level
+
+
+def _config_keys(config_cls: Any, default: Any) -> set[str]:
+    """The keys a transformers config class knows: its ``__init__`` parameters (in transformers
+    5 a dataclass, so PretrainedConfig's common keys too), its fields, its ``attribute_map``
+    aliases, and the attributes a default instance holds."""
+    params = inspect.signature(config_cls.__init__).parameters.values()
+    keys = {p.name for p in params if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    if dataclasses.is_dataclass(config_cls):
+        keys |= {f.name for f in dataclasses.fields(config_cls)}
+    keys |= set(getattr(config_cls, "attribute_map", {}) or {})
+    if default is not None:
+        keys |= set(vars(default))
+    return keys
+
+
 def _check_architecture(label: str, arch: dict[str, Any]) -> None:
+    """Build the architecture's transformers config, as the worker will, and refuse what would
+    only fail inside a trial (or silently build another model): a key the config class does not
+    know (it would be stored and ignored), a size or count that is not positive, a non-finite
+    number, an unknown activation, what the config itself rejects or warns about (beyond what its
+    defaults warn about), and key-value heads that do not divide the attention heads."""
     from transformers import CONFIG_MAPPING
+    from transformers.activations import ACT2FN
+
+    from explorer.space._space import did_you_mean
 
     model_type = arch.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
         raise SpecError(
             file=label,
-            field="workload.model.architecture.model_type",
+            field=f"{ARCH}.model_type",
             problem=f"{model_type!r} is not a transformers model type (for example llama, granite, mistral)",
         )
     config_cls = CONFIG_MAPPING[model_type]
-    try:
-        config_cls(**{k: v for k, v in arch.items() if k != "model_type"})
-    except Exception as exc:  # TypeError, ValueError, or huggingface_hub's StrictDataclassError
-        raise SpecError(file=label, field="workload.model.architecture", problem=str(exc)) from None
+    given = {k: v for k, v in arch.items() if k != "model_type"}
+    with _transformers_warnings() as warned_by_default:
+        try:
+            default = config_cls()
+        except Exception:  # a config with required parts: no defaults to compare with
+            default = None
+    for key, value in given.items():
+        field = f"{ARCH}.{key}"
+        known_value = _attr(default, key)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(file=label, field=field, problem=f"{value} is not a finite number")
+        sentinel = _is_int(known_value) and known_value <= 0  # the class's own default is <= 0
+        if SIZE_KEY.search(key) and _is_int(value) and value <= 0 and not sentinel:
+            raise SpecError(file=label, field=field, problem=f"{value} must be positive (a size or a count)")
+        activation = isinstance(known_value, str) and known_value in ACT2FN
+        if ACTIVATION_KEY.search(key) and activation and isinstance(value, str) and value not in ACT2FN:
+            problem = f"{value!r} is not a transformers activation{did_you_mean(value, ACT2FN)}"
+            raise SpecError(file=label, field=field, problem=problem)
+    with _transformers_warnings() as warned:
+        try:
+            config = config_cls(**copy.deepcopy(given))  # it fills in nested dicts (rope_scaling)
+        except Exception as exc:  # TypeError, ValueError, or huggingface_hub's StrictDataclassError
+            named = re.match(r"Validation error for field '([^']+)'", str(exc))
+            field = f"{ARCH}.{named.group(1)}" if named else ARCH
+            raise SpecError(file=label, field=field, problem=str(exc.__cause__ or exc)) from None
+    known = _config_keys(config_cls, default)
+    unknown = [k for k in given if k not in known and k in vars(config)]  # stored, never read
+    if unknown:
+        key = unknown[0]
+        raise SpecError(
+            file=label,
+            field=f"{ARCH}.{key}",
+            problem=f"unknown key for model_type {model_type!r} ({config_cls.__name__}){did_you_mean(key, known)}",
+        )
+    warned = [w for w in warned if w not in warned_by_default]  # the class's own defaults warn
+    if warned:
+        raise SpecError(file=label, field=ARCH, problem=f"transformers: {warned[0]}")
+    heads, kv_heads = _attr(config, "num_attention_heads"), _attr(config, "num_key_value_heads")
+    if _is_int(heads) and _is_int(kv_heads) and heads > 0 and kv_heads > 0 and heads % kv_heads:
+        raise SpecError(
+            file=label,
+            field=f"{ARCH}.num_key_value_heads",
+            problem=f"{kv_heads} does not divide num_attention_heads ({heads})",
+        )
 
 
 def _file_storage(label: str, url: object, base: Path, name: str) -> str:

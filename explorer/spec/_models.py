@@ -23,14 +23,22 @@ __all__ = [
     "WorkloadSpec",
 ]
 
-# Numbers are strict: YAML already types them, so a bool, a float or a quoted string is a mistake
-# (lax pydantic would read ``gpus_per_node: true`` as 1).
+# Every field is strict (``_Spec``): YAML already types its values, so a bool, a float or a quoted
+# string where a number is expected is a mistake (lax pydantic would read ``gpus_per_node: true``
+# as 1, ``target_rel_ci: "0.05"`` as 0.05 and ``infer_oom: 1`` or ``"off"`` as a bool), and so is
+# a NaN or an infinity (``.nan``, ``.inf``). The aliases below keep the bounds in one place.
 Int = Annotated[int, Field(strict=True)]
 PositiveInt = Annotated[int, Field(gt=0, strict=True)]
 NonNegativeInt = Annotated[int, Field(ge=0, strict=True)]
 PositiveFloat = Annotated[float, Field(gt=0, strict=True)]
 NonNegativeFloat = Annotated[float, Field(ge=0, strict=True)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
+"""A random seed as numpy and Optuna take it."""
+NonEmptyStr = Annotated[str, Field(min_length=1)]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+MAX_NAME_LENGTH = 128
+"""Longest study name: ``<name>.db-journal`` and the like must fit a file name (255 bytes)."""
 
 # ado's synthetic dataset ids (seed 001): entries x minimum tokens per entry.
 SYNTHETIC_PRESETS: dict[str, tuple[int, int]] = {
@@ -39,7 +47,7 @@ SYNTHETIC_PRESETS: dict[str, tuple[int, int]] = {
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Spec):
@@ -92,7 +100,7 @@ class DatasetSpec(_Spec):
     seed: Int = 0
     path: str | None = None
     """JSONL only: the file (relative paths are relative to the study file)."""
-    text_field: str = "output"
+    text_field: NonEmptyStr = "output"
     """JSONL only: the field holding the text (ado's ``dataset_text_field``)."""
 
     @model_validator(mode="after")
@@ -128,7 +136,7 @@ class MethodSpec(_Spec):
     """LoRA rank (ado's default 4); a search space may vary it as ``lora_r``."""
     alpha: PositiveInt = 16
     """LoRA alpha (ado's default 16)."""
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"])
+    target_modules: list[NonEmptyStr] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0, strict=True)
 
 
@@ -227,7 +235,7 @@ class ResourcesSpec(_Spec):
 
     gpus_per_node: PositiveInt = 1
     nodes: PositiveInt = 1
-    gpu_model: str = "NVIDIA-A100-SXM4-80GB"
+    gpu_model: NonEmptyStr = "NVIDIA-A100-SXM4-80GB"
     """Name of the GPU model; also requested as a Ray custom resource, as ado does."""
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """``auto`` uses CUDA when the worker sees a GPU, else the CPU with gloo."""
@@ -281,7 +289,7 @@ class LauncherSpec(_Spec):
     """``replay`` only: a CSV in the layout of ado's ``ado show entities --output-format csv``
     (a column per parameter, a column per measured property, ``is_valid``), relative to the
     study file."""
-    address: str | None = None
+    address: NonEmptyStr | None = None
     """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
     runner: Literal["torchrun", "accelerate"] = "torchrun"
     """How the processes of one trial are started. Both give one process per GPU."""
@@ -314,7 +322,7 @@ class SamplerSpec(_Spec):
     liar for parallel trials); ``gp`` (Optuna's GPSampler: it has no conditional spaces, so the
     backend and FSDP settings are sampled at random; on the benchmark tables it was worse than TPE
     on two of three); ``random``; ``grid`` (every configuration, enqueued)."""
-    seed: Int | None = 0
+    seed: Seed | None = 0
     n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
     local_search: bool = True
@@ -376,10 +384,10 @@ class FaultSpec(_Spec):
 class StudySpec(_Spec):
     """A whole study file."""
 
-    name: str = Field(min_length=1, pattern=r"^[\w.-]+$")
+    name: str = Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=r"^[\w.-]+$")
     """Study name in the storage; also a folder and file name (``explorer-runs/<name>``,
-    ``<name>.db``, ``<name>.csv``), so letters, digits, ``_``, ``.`` and ``-`` only, and not
-    starting with ``.`` (``..`` would name the folder above)."""
+    ``<name>.db``, ``<name>.csv``), so letters, digits, ``_``, ``.`` and ``-`` only, not
+    starting with ``.`` (``..`` would name the folder above), and short enough for a file name."""
     storage: str | None = None
     """SQLAlchemy URL. Default: ``sqlite:///<study file dir>/<name>.db``."""
     output_dir: str | None = None
