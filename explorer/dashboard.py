@@ -32,7 +32,9 @@ def serve(
     """Serve optuna-dashboard for ``loaded``'s study until interrupted (blocks).
 
     The study must exist: it is looked up read-only first, so that a mistyped storage URL or study
-    name is one line (exit 2) and creates nothing. The artifact store is a
+    name is one line (exit 2) and creates nothing, at any moment of a study's start (no file yet,
+    a file without Optuna's schema yet, the schema but no study yet: each is "no study"; Optuna's
+    schema is created in one transaction, see :func:`explorer.study.open_storage`). The artifact store is a
     :class:`optuna.artifacts.FileSystemArtifactStore` on :func:`artifact_dir`, created if missing.
 
     Raises:
@@ -61,6 +63,11 @@ def serve(
     printer(f"dashboard: http://{shown}:{port}/dashboard/ (study {loaded.spec.name!r})")
     printer(f"storage: {mask_url(loaded.storage_url)}; artifacts: {artifacts}")
     printer("Ctrl-C stops it")
-    optuna_dashboard.run_server(
-        storage, host=host, port=port, artifact_store=FileSystemArtifactStore(artifacts)
-    )
+    try:
+        optuna_dashboard.run_server(
+            storage, host=host, port=port, artifact_store=FileSystemArtifactStore(artifacts)
+        )
+    except OSError as exc:  # the address is taken, or not this machine's
+        raise SpecError(
+            file="--port", field="", problem=f"cannot serve on {shown}:{port}: {exc.strerror or exc}"
+        ) from None

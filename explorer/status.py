@@ -94,7 +94,7 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
             if any(m in text for m in _BUSY) and attempt < RETRIES - 1:
                 time.sleep(0.2 * (attempt + 1))
                 continue
-            if _NO_SCHEMA in text:  # PostgreSQL: a database without Optuna's tables
+            if _NO_SCHEMA in text or "no such table" in text:  # a database without Optuna's tables
                 raise missing from None
             first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
             raise SpecError(

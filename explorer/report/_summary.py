@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from explorer.commands import hint_lines
 from explorer.study import (
     OBJECTIVE,
     answered_without_running,
@@ -65,10 +66,9 @@ def print_summary(
         printer("no feasible configuration yet")
     for line in pareto_lines(study):
         printer(line)
-    url = mask_url(loaded.storage_url)
-    printer(f"storage: {url} (study {loaded.spec.name!r})")
-    printer(f"dashboard: explorer dashboard {loaded.file}  (or: optuna-dashboard {url})")
-    printer(f"next: explorer report {loaded.file}; explorer best {loaded.file}")
+    printer(f"storage: {mask_url(loaded.storage_url)} (study {loaded.spec.name!r})")
+    for line in hint_lines(loaded, then=("report", "best")):  # each runs as printed
+        printer(line)
 
 
 def pareto_lines(study: optuna.Study) -> list[str]:
