@@ -130,6 +130,14 @@ def optimize(
             printer(f"grid: enqueued {added} configurations")
     done = len(counted_trials(study))
     printer(f"study {spec.name!r} in {mask_url(loaded.storage_url)}: {done}/{spec.n_trials} trials done")
+    if getattr(storage, "url", None) == loaded.storage_url:  # the study's own: its schema is committed now
+        import sys
+
+        from explorer.commands import hint_lines
+
+        for line in hint_lines(loaded):  # so a dashboard can be started at once (through a pipe too)
+            printer(line)
+        sys.stdout.flush()
     owns_launcher = launcher is None
     if launcher is None:
         launcher = launcher_for(loaded, output_dir=loaded.output_dir)
