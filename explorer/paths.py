@@ -52,7 +52,8 @@ def storage_identity(url: str) -> str:
         database = parsed.database or ""
         return f"sqlite:///{Path(database).resolve() if database not in ('', ':memory:') else database}"
     port = f":{parsed.port}" if parsed.port else ""
-    return f"{backend}://{parsed.host or ''}{port}/{parsed.database or ''}"
+    host = (parsed.host or "").rsplit("@", 1)[-1]  # ``u:p@ss@host``: sqlalchemy's host holds ``ss@``
+    return f"{backend}://{host}{port}/{parsed.database or ''}"
 
 
 def default_output_dir(base: Path, name: str, storage_url: str, file_storage_url: str) -> Path:

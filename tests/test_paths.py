@@ -115,3 +115,17 @@ def test_the_default_export_cannot_be_a_symlink_out(stored_study, tmp_path):
 def test_output_dir_is_resolved_relative_to_the_study_file(write_study, tmp_path):
     loaded = load_study(write_study({"output_dir": "../runs-here"}))
     assert loaded.output_dir == (tmp_path.parent / "runs-here").resolve()
+
+
+def test_a_storage_identity_holds_no_credentials():
+    """The run folder's marker names the storage without user, password or options, also when an
+    unencoded ``@`` in the password makes sqlalchemy read part of it as the host."""
+    from explorer.paths import storage_identity
+
+    for url in (
+        "postgresql+psycopg://u:p@ss@db:5432/o",
+        "postgresql+psycopg://u:pss@db:5432/o?sslmode=require",
+        "postgresql+psycopg://u@db:5432/o?password=pss",
+    ):
+        assert storage_identity(url) == "postgresql://db:5432/o", url
+    assert storage_identity("sqlite:///rel.db").startswith("sqlite:////")

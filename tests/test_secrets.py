@@ -156,11 +156,6 @@ def test_redact_masks_every_form_a_driver_could_echo(monkeypatch):
     assert redact(f"libpq said pg-env-{STEM}", None) == "libpq said ***"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="explorer/spec/_load.py _check_storage_url masks an unparsable URL with a regex of its own "
-    "that misses a query-string password; it should call explorer.study.mask_url",
-)
 def test_an_unparsable_url_is_refused_without_its_password(write_study, tmp_path):
     path = _replay_study(write_study, tmp_path)
     url = f"postgresql+psycopg://u@db:notaport/o?password={ENCODED}"

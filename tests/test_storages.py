@@ -12,6 +12,7 @@ sharing one study, and credentials that never leave the URL.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -228,7 +229,7 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
     assert (
         "best: trial" in rerun.stdout
         and "top 5:" in rerun.stdout
-        and f"optuna-dashboard {mask_url(storage_url)}" in rerun.stdout
+        and f"optuna-dashboard {shlex.quote(mask_url(storage_url))}" in rerun.stdout
     )
     output = rerun.stdout + rerun.stderr + (tmp_path / "driver.log").read_text()
     _no_password_anywhere(loaded.output_dir, [output], PASSWORD)  # trial logs included

@@ -507,7 +507,9 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-        shown = re.sub(r"(//[^/:@]*:)[^@]*@", r"\1***@", url)  # never print a password
+        from explorer.study._storage import mask_url  # lazily: explorer.study imports explorer.spec
+
+        shown = mask_url(url)  # never print a password, wherever it sits
         raise SpecError(file=file, field=field, problem=f"{shown!r} is not an SQLAlchemy URL") from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql", "mysql"):
