@@ -391,23 +391,36 @@ def _attr(config: Any, key: str) -> Any:
 @contextlib.contextmanager
 def _transformers_warnings() -> Iterator[list[str]]:
     """Collect what transformers logs at WARNING and above instead of printing it (the CLI prints
-    one line), and silence Python warnings (deprecations) meanwhile."""
+    one line), and silence Python warnings (deprecations) meanwhile.
+
+    transformers logs some of its config checks with ``logger.warning_once`` (cached for the
+    process): meanwhile it logs every time, so that a second study loaded in the same process
+    (a test, a benchmark) is checked as the first was.
+    """
     import warnings
 
     class _Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             messages.append(record.getMessage())
 
+    def _every_time(self: logging.Logger, *args: Any, **kwargs: Any) -> None:
+        self.warning(*args, **kwargs)
+
     messages: list[str] = []
     logger = logging.getLogger("transformers")
     handlers, level = logger.handlers[:], logger.level
+    once = getattr(logging.Logger, "warning_once", None)
     logger.handlers, logger.level = [_Collect(logging.WARNING)], logging.WARNING
+    if once is not None:
+        logging.Logger.warning_once = _every_time  # type: ignore[attr-defined]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield messages
     finally:
         logger.handlers, logger.level = handlers, level
+        if once is not None:
+            logging.Logger.warning_once = once  # type: ignore[attr-defined]
 
 
 def _config_keys(config_cls: Any, default: Any) -> set[str]:
