@@ -111,7 +111,7 @@ def storage_copy(tmp_path: Path, pristine_db: Path) -> tuple[Path, str]:
 
 
 def test_corpus_matches_expected():
-    assert len(CASES) >= 104
+    assert len(CASES) >= 106
     assert sorted(EXPECTED) == CASES, "every case needs an entry in expected.yaml, and vice versa"
     assert len(STORAGE_CASES) >= 3
     for case, want in EXPECTED.items():

@@ -122,7 +122,7 @@ def test_is_valid_rules(config, reason):
 def test_empty_gpu_model_is_invalid():
     # The study file refuses an empty gpu_model (resources.gpu_model); the rule stays for specs
     # built in code.
-    with pytest.raises(ValidationError, match="at least 1 character"):
+    with pytest.raises(ValidationError, match="empty or blank"):
         ResourcesSpec(gpus_per_node=2, gpu_model="")
     resources = ResourcesSpec.model_construct(gpus_per_node=2, nodes=1, gpu_model="")
     assert "gpu_model" in (invalid_reason(_config(), resources) or "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DatasetSpec",
@@ -34,7 +34,17 @@ PositiveFloat = Annotated[float, Field(gt=0, strict=True)]
 NonNegativeFloat = Annotated[float, Field(ge=0, strict=True)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1, strict=True)]
 """A random seed as numpy and Optuna take it."""
-NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError(f"{value!r} is empty or blank")
+    return value
+
+
+NonEmptyStr = Annotated[str, AfterValidator(_not_blank)]
+"""A name, label or path: an empty or blank one is a mistake (``gpu_model: ""`` is a Ray resource
+no node has; ``path: ""`` is the study's own folder)."""
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 MAX_NAME_LENGTH = 128
@@ -57,11 +67,11 @@ class ModelSpec(_Spec):
     ``path`` (a Hugging Face id or a local directory) is given.
     """
 
-    name: str = Field(min_length=1)
+    name: NonEmptyStr
     """Label used in results and exports (ado's ``model_name``)."""
     architecture: dict[str, Any] | None = None
     """Keyword arguments of ``transformers.AutoConfig.for_model``, ``model_type`` included."""
-    path: str | None = None
+    path: NonEmptyStr | None = None
     """Hugging Face model id or local directory."""
     weights: Literal["random", "pretrained"] = "random"
     """With ``path``: load the checkpoint's weights, or only its config. Throughput does not depend
@@ -98,7 +108,7 @@ class DatasetSpec(_Spec):
     max_tokens: PositiveInt | None = None
     """Synthetic only: longest entry (defaults to ``min_tokens``: all entries equally long)."""
     seed: Int = 0
-    path: str | None = None
+    path: NonEmptyStr | None = None
     """JSONL only: the file (relative paths are relative to the study file)."""
     text_field: NonEmptyStr = "output"
     """JSONL only: the field holding the text (ado's ``dataset_text_field``)."""
@@ -285,7 +295,7 @@ class LauncherSpec(_Spec):
 
     kind: Literal["ray", "replay"] = "ray"
     """``ray`` runs every trial; ``replay`` answers trials from the recorded ``table``."""
-    table: str | None = None
+    table: NonEmptyStr | None = None
     """``replay`` only: a CSV in the layout of ado's ``ado show entities --output-format csv``
     (a column per parameter, a column per measured property, ``is_valid``), relative to the
     study file."""
