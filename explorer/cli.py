@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -196,8 +198,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C; SIGTERM, SIGHUP too in ``optimize`` (its Interrupted)
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except OSError:  # a hung-up terminal (EIO): Python's last flush would make the status 120
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))  # as a shell reports a process it ended
     except BrokenPipeError:  # `explorer status ... | head`: the reader has all it wanted
         sys.stderr.close()
         return 0
@@ -344,8 +353,13 @@ def _optimize(args: argparse.Namespace) -> int:
     if live is None:  # not a terminal: the plain lines
         result = optimize(loaded, reclaim_all=args.reclaim_running)
     else:
-        with live:
-            result = optimize(loaded, reclaim_all=args.reclaim_running, printer=live.print, progress=live)
+        try:
+            with live:
+                result = optimize(loaded, reclaim_all=args.reclaim_running, printer=live.print, progress=live)
+        except OSError as exc:  # the footer not taken down after a hang-up (SIGHUP): the terminal is gone
+            if isinstance(exc.__context__, KeyboardInterrupt):
+                raise exc.__context__ from None
+            raise
     print_summary(loaded, result)
     used = study_utilization(open_study(loaded, create=False))
     if used is not None:

@@ -8,12 +8,17 @@ actor per node (:mod:`explorer.launch._placement`).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from explorer.fault import LAUNCHER_FAULTS, InjectedFault
@@ -124,6 +129,95 @@ class ZygoteHost:
         return str(sock)
 
 
+_KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_kept(signals: tuple[signal.Signals, ...] = _KEPT_SIGNALS) -> Iterator[None]:
+    """Keep this process's handlers of ``signals`` through the block (``ray.init``); one of the
+    signals arriving within it ends the block at once and then goes to its handler.
+
+    ``ray.init`` takes SIGTERM in the driver twice over. In Python: its own handler
+    (``sys.exit(15)``: a SIGTERM while Ray started ended the driver with status 15, 30 s later),
+    then the local node's (kill the node, exit 1). In C++: the driver's core worker installs
+    Abseil's failure signal handler, which on SIGTERM writes a stack dump to the terminal
+    ("*** SIGTERM received at time=...", "PC: @ ..." and the same again through Ray's log) and
+    aborts the process 3 s later (status 134), whatever the Python handler does.
+
+    Within the block neither is set: ``ray._private.utils.set_sigterm_handler``, which both Python
+    handlers go through, does nothing, and ``ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER``
+    (what ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1`` sets) is on while the driver's core worker is
+    made, so this process gets no Abseil handler: setting the handlers back after ``ray.init``
+    alone left a second or so of ``ray.init`` in which a SIGTERM still printed the dump and
+    aborted. Ray's worker processes and raylet keep theirs; their output goes to Ray's log files.
+    The handlers are set back at the end all the same. A signal within the block raises
+    ``KeyboardInterrupt`` at once (a ``kill -TERM`` of the whole process group, as Slurm sends,
+    also kills the Ray processes being started, and ``ray.init`` would wait a minute for them);
+    after the block it is raised again for the handler it had (explorer's ``StopRequest`` records
+    it; the default ends the process), and the block ends in ``KeyboardInterrupt``, whatever the
+    interrupted ``ray.init`` raised.
+    """
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets them
+        yield
+        return
+    import ray
+
+    came: list[int] = []
+
+    def during(signum: int, frame: FrameType | None) -> None:
+        if not came:
+            came.append(signum)
+            raise KeyboardInterrupt
+
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    setter = getattr(utils, "set_sigterm_handler", None)
+    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    no_abseil = getattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
+    saved = {signum: signal.getsignal(signum) for signum in signals}
+    for signum, handler in saved.items():
+        if handler is not signal.SIG_IGN:
+            signal.signal(signum, during)
+    if setter is not None:
+        utils.set_sigterm_handler = _leave_sigterm_alone  # type: ignore[union-attr]
+    if no_abseil is not None:
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True  # type: ignore[union-attr]
+    try:
+        yield
+    except BaseException:  # after a signal, what an interrupted ray.init raises is its consequence
+        if not came:
+            raise
+    finally:
+        if setter is not None:
+            utils.set_sigterm_handler = setter  # type: ignore[union-attr]
+        if no_abseil is not None:
+            constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = no_abseil  # type: ignore[union-attr]
+        for signum, handler in saved.items():  # None: set outside Python; the default then
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    if came:
+        signal.raise_signal(came[0])  # to the handler it had: explorer's records it, the default ends us
+        raise KeyboardInterrupt
+
+
+def _leave_sigterm_alone(handler: Any) -> None:
+    """Ray's SIGTERM handler, not set: the driver's own stays (:func:`signals_kept`)."""
+
+
+def _kill_ray_children() -> None:
+    """SIGKILL the Ray processes among this process's descendants (GCS, raylet, its agents and
+    workers): what an interrupted ``ray.init`` started. Ray's exit hook stops only the ones it
+    started itself; the raylet's dashboard and runtime-env agents, stuck waiting for a GCS that
+    was gone, outlived the driver by a minute, deaf to SIGTERM."""
+    import psutil
+    import ray
+
+    home = os.path.dirname(ray.__file__)
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmd = proc.cmdline()
+            if cmd and (cmd[0].startswith("ray::") or any(home in arg for arg in cmd)):
+                proc.kill()
+
+
 def _zygote_name(prefix: str, node_id: str) -> str:
     return f"{prefix}-{node_id[:16]}"
 
@@ -212,15 +306,23 @@ class RayLauncher:
                 self._start_zygote_hosts()
             return
         common: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        if self.address:
-            ray.init(address=self.address, **common)
-        else:
-            ray.init(
-                num_gpus=self.total_gpus,
-                resources={self.gpu_model: self.total_gpus},
-                runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
-                **common,
-            )
+        try:
+            with signals_kept():
+                if self.address:
+                    ray.init(address=self.address, **common)
+                else:
+                    ray.init(
+                        num_gpus=self.total_gpus,
+                        resources={self.gpu_model: self.total_gpus},
+                        runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
+                        **common,
+                    )
+        except KeyboardInterrupt:  # a stop signal while Ray started: take down what did start
+            if ray.is_initialized():
+                ray.shutdown()
+            else:  # stopped inside ray.init: no Ray to shut down, only the processes it started
+                _kill_ray_children()
+            raise
         self._started_ray = True
         if self.warm_start:
             self._start_zygote_hosts()

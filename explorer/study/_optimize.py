@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from explorer.study._flight import (
     settle_remote,
 )
 from explorer.study._inference import inferred_oom
-from explorer.study._interrupt import StopRequest
+from explorer.study._interrupt import Interrupted, StopRequest, signal_name, signal_of
 from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
@@ -173,11 +174,10 @@ def optimize(
             printer(f"stopping: the last {MAX_REUSE_STREAK} proposals were all answered already")
         return streak + 1
 
-    stop = StopRequest().install()  # Ctrl-C: a flag checked each time round
+    stop = StopRequest().install()  # SIGINT, SIGTERM, SIGHUP: a flag checked each time round
     try:
         while True:
-            if stop.requested:
-                raise KeyboardInterrupt
+            stop.check()  # a stop signal came: raises Interrupted
             if remote:
                 settle_remote(study, remote, pending, known, printer)
             if progress is not None:
@@ -191,10 +191,15 @@ def optimize(
             timed_out = spec.timeout_s is not None and time.monotonic() - started > spec.timeout_s
             room = len(in_flight) + len(pending) < spec.parallel_trials
             exhausted = reuse_streak >= MAX_REUSE_STREAK
+            stop.check()  # nothing starts once a stop signal came (it may come while asking)
             flight = next_to_start(pending, launcher.fits, spec.max_passed_over)
             if flight is not None:
                 if not launcher_started:
-                    launcher.start()
+                    try:
+                        launcher.start()
+                    except KeyboardInterrupt:  # a stop signal while Ray started: the trial is marked too
+                        pending.insert(0, flight)
+                        raise
                     launcher_started = True
                 fault = pick_fault(
                     spec.faults, trial_number=flight.trial.number, attempt=flight.attempt, launch=launches
@@ -361,11 +366,16 @@ def optimize(
                 printer(
                     progress_line(done, spec.n_trials, number, status, describe(flight.config), detail, best)
                 )
-    except KeyboardInterrupt:
-        printer("interrupted: in-flight trials are marked interrupted and re-run on resume")
+    except KeyboardInterrupt as exc:  # the first signal's flag, a second signal, or a bare Ctrl-C
+        signum = stop.stopping(signal_of(exc))  # from now on another signal ends the process at once
         twins_waiting = [t for ts in twins.values() for t in ts] + [f for f, _ in remote]
         abandon(study, [*in_flight.values(), *pending, *twins_waiting])
-        raise
+        with contextlib.suppress(OSError):  # a hung-up terminal (EIO): the trials are marked all the same
+            printer(
+                "interrupted: in-flight trials are marked interrupted and re-run on resume"
+                f" ({signal_name(signum)})"
+            )
+        raise Interrupted(signum) from None
     finally:
         if owns_launcher and launcher_started:
             launcher.shutdown()
