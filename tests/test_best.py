@@ -121,6 +121,7 @@ def _run(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_best_of_a_real_study_and_its_printed_commands_train(write_study, tmp_path, capsys):
     space = {
         "batch_size": {"values": [4]},

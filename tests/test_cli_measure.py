@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.builders import run_cli
 
 
@@ -12,6 +14,7 @@ def _measure(*args: str, timeout: int) -> subprocess.CompletedProcess[str]:
     return run_cli("measure", *args, timeout=timeout)
 
 
+@pytest.mark.slow  # five real repeats: in `make test-slow`
 def test_measure_prints_every_property_and_stability(write_study, tmp_path):
     study = write_study(
         {"measurement": {"stop": "steady", "warmup_steps": 1, "min_steps": 3, "max_steps": 6}}

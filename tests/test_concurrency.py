@@ -65,6 +65,7 @@ def _running_rows(status_out: str) -> int:
     return sum(1 for line in status_out.splitlines()[1:] if line.split()[1:2] == ["RUNNING"])
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_eight_parallel_trials_with_status_and_dashboard_reading(write_study, tmp_path):
     db = tmp_path / "c.db"
     path = write_study(

@@ -7,6 +7,8 @@ import csv
 import json
 import subprocess
 
+import pytest
+
 from explorer.spec import load_study
 from explorer.study import open_study, optimize
 from explorer.study._record import config_of
@@ -17,6 +19,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(*args)
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_a_replay_of_the_export_finds_the_same_best(write_study, tmp_path, ray_local):
     space = {
         "parameters": {

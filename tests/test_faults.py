@@ -240,6 +240,7 @@ def _explorer(path: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow_postgresql
 def test_sigkill_and_sigint_of_the_driver_then_resume_lose_nothing(write_study, tmp_path, storage_url):
     """40 counted trials, 20% with faults, paced in real time; the driver is SIGKILLed after 10,
     resumed, interrupted with SIGINT after 25, and resumed again to the end."""

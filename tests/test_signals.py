@@ -229,6 +229,7 @@ def test_ctrl_c_to_the_process_group_exits_130_with_one_line(write_study, tmp_pa
     _interrupted_trial(path)
 
 
+@pytest.mark.slow  # SIGTERM and SIGINT take the same path in the default suite
 def test_a_terminal_hang_up_exits_129(write_study, tmp_path):
     """The driver runs on a terminal of its own (a pty, its live footer on); the terminal goes away
     (its other end is closed, as when an SSH session drops): the kernel sends SIGHUP to the driver

@@ -519,6 +519,7 @@ def _database_text(url: str) -> str:
         engine.dispose()
 
 
+@pytest.mark.slow  # tests/test_secrets.py covers the password cases in the default suite
 def test_credentials_never_leave_the_url(write_study, tmp_path, postgres_server, postgres_url):
     """The password of a PostgreSQL URL (on the command line, or in ``PGPASSWORD``) appears in
     no output, error line, file written (exports, report, best, logs) or stored attribute."""

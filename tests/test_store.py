@@ -240,6 +240,7 @@ def test_an_in_memory_study_has_no_store(write_study, tmp_path):
 # -- the must-show: real trials on the CPU worker --------------------------------------------------
 
 
+@pytest.mark.slow  # a real multi-trial study: in `make test-slow` (CI runs it after `make test`)
 def test_a_second_study_reuses_real_measurements_and_runs_nothing(write_study, tmp_path):
     """Study A measures three configurations with real torchrun workers (Ray, CPU); study B, over
     the same configurations in the same storage, is answered entirely from the store: no trial is

@@ -26,6 +26,7 @@ def _zygote_process(sock) -> psutil.Process:
     return proc
 
 
+@pytest.mark.slow  # two real trial starts
 def test_an_oom_fails_the_same_warm_and_cold(make_job, tmp_path):
     """An OOM configuration is classified alike whether it starts warm (forked from the zygote)
     or cold. How much sooner it fails warm is a speed figure: benchmarks/warm_vs_cold.py."""
