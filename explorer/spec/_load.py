@@ -540,5 +540,7 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
                 field=field,
                 problem=f"cannot reach storage: folder {db_path.parent} does not exist",
             )
+        if db_path.is_dir():
+            raise SpecError(file=file, field=field, problem=f"{db_path} is a folder, not an sqlite file")
         return f"sqlite:///{db_path}"
     return url

@@ -400,8 +400,10 @@ class StudySpec(_Spec):
     starting with ``.`` (``..`` would name the folder above), and short enough for a file name."""
     storage: str | None = None
     """SQLAlchemy URL. Default: ``sqlite:///<study file dir>/<name>.db``."""
-    output_dir: str | None = None
-    """Trial logs. Default: ``explorer-runs/<name>`` next to the study file."""
+    output_dir: NonEmptyStr | None = None
+    """The run folder (trial folders and logs, write-ahead files, report, ``best`` files).
+    Default: ``explorer-runs/<name>`` next to the study file for the file's own storage,
+    ``explorer-runs/<name>.<storage>-<hash>`` for another (:func:`explorer.paths.default_output_dir`)."""
     sampler: SamplerSpec = Field(default_factory=SamplerSpec)
     n_trials: PositiveInt = 20
     timeout_s: PositiveFloat | None = None
