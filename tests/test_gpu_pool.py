@@ -117,7 +117,12 @@ def test_a_small_trial_starts_while_a_big_one_waits_and_the_big_one_is_not_starv
         folder = tmp_path / f"k{k}"
         folder.mkdir()
         path = _pool_study(
-            write_study, folder, name=f"k{k}.yaml", max_passed_over=k, storage=f"sqlite:///{folder}/pool.db"
+            write_study,
+            folder,
+            name=f"k{k}.yaml",
+            max_passed_over=k,
+            storage=f"sqlite:///{folder}/pool.db",
+            output_dir=str(folder / "runs"),  # the two study files sit side by side: a run folder each
         )
         _enqueue(path, order)
         optimize(load_study(path), printer=lambda _: None)

@@ -99,12 +99,15 @@ def optimize(
 
     spec = loaded.spec
     started = time.monotonic()
-    check_run_folder(loaded)  # another storage's study owns the folder: refused before anything is written
+    owned = write_ahead and loaded.storage_url not in ("sqlite://", "sqlite:///:memory:")  # kept files
+    if owned:  # another storage's study owns the folder: refused before anything is written
+        check_run_folder(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
-    with drivers.turn():
-        loaded = claim_run_folder(study, loaded)
+    if owned:  # a throw-away study in memory claims no folder
+        with drivers.turn():
+            loaded = claim_run_folder(study, loaded)
     store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
     scope = StoreScope.for_study(loaded) if store is not None else None
     journal = loaded.output_dir if write_ahead else None
