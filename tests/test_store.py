@@ -15,6 +15,7 @@ from explorer.measurement import Measurement, Outcome, Properties
 from explorer.spec import LoadedStudy, load_study
 from explorer.store import TABLE_NAME, MeasurementStore, StoreScope, hardware_key, workload_key
 from explorer.study import config_of, open_study, optimize, status_of
+from explorer.study._run_folder import MARKER
 from tests.builders import properties
 
 SCOPE = StoreScope(workload_key="w" * 16, hardware_key="h" * 16)
@@ -282,7 +283,9 @@ def test_a_second_study_reuses_real_measurements_and_runs_nothing(write_study, t
     assert not any(" started: " in line for line in lines_b), lines_b
     assert sum("from the store: study 'a'" in line for line in lines_b) == 3
     assert not ray.is_initialized()
-    assert not b.output_dir.exists() and (a.output_dir / "trial-00000" / "train.log").is_file()
+    # B claimed its run folder (the marker) but wrote no trial into it
+    assert [p.name for p in b.output_dir.iterdir()] == [MARKER]
+    assert (a.output_dir / "trial-00000" / "train.log").is_file()
     trials_b = open_study(b, create=False).get_trials()
     assert {t.user_attrs["config_key"] for t in trials_b} == set(trials_a)
     for t in trials_b:
