@@ -428,7 +428,7 @@ def _best(args: argparse.Namespace) -> int:
     from explorer.best import select_best, summary_lines, write_best
     from explorer.paths import inside
     from explorer.report import pareto_lines
-    from explorer.study import mask_url
+    from explorer.secrets import mask_url
 
     if args.steps < 1:
         raise SpecError(file="--steps", field="", problem=f"{args.steps} must be at least 1")

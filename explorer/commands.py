@@ -34,7 +34,7 @@ class Shown:
 def shown_url(url: str, environ: Mapping[str, str] | None = None) -> Shown:
     """``url`` for a printed command: as is (quoted) without a secret; else the environment
     variable that holds it, if one does; else masked."""
-    from explorer.study._storage import has_secret, mask_url
+    from explorer.secrets import has_secret, mask_url
 
     if not has_secret(url):
         return Shown(shlex.quote(url))

@@ -41,8 +41,9 @@ def serve(
         SpecError: no such study, or optuna-dashboard is not installed.
     """
     from explorer.paths import inside
+    from explorer.secrets import mask_url
     from explorer.status import load_readonly
-    from explorer.study import mask_url, open_storage
+    from explorer.study import open_storage
 
     try:
         import optuna_dashboard

@@ -65,8 +65,7 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     import optuna
     import sqlalchemy
 
-    from explorer.study import mask_url
-    from explorer.study._storage import redact
+    from explorer.secrets import mask_url, redact
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = readonly_url(loaded.storage_url, file=str(loaded.file))

@@ -1,5 +1,5 @@
 """Plain builders shared by tests: a made-up Properties, a TrialConfig with overrides, the real
-CLI run to its end, a running ``explorer dashboard``, the most GPU slots held at once."""
+CLI run to its end or running, a running ``explorer dashboard``, the most GPU slots held at once."""
 
 from __future__ import annotations
 
@@ -79,6 +79,22 @@ def run_cli(
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {})},
+    )
+
+
+def start_cli(*args: str, new_session: bool = False) -> subprocess.Popen[str]:
+    """``python -m explorer ARGS`` from the repository root, running: stdout and stderr merged into
+    one unbuffered text pipe; ``new_session``: as its own process group (to signal the group)."""
+    import os
+
+    return subprocess.Popen(
+        [sys.executable, "-m", "explorer", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        start_new_session=new_session,
     )
 
 

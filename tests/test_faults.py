@@ -21,9 +21,8 @@ from explorer.study import audit, counted_trials, open_study, optimize, status_o
 from explorer.study._journal import JOURNAL_FILE, trial_dir, write_ahead
 from explorer.study._record import record_driver
 from explorer.trial_config import TrialConfig
-from tests.builders import run_cli
+from tests.builders import run_cli, start_cli
 
-REPO = Path(__file__).resolve().parents[1]
 BATCHES = [4 * k for k in range(1, 41)]  # 40 one-GPU and 40 two-GPU configurations
 
 
@@ -230,14 +229,7 @@ def _until(path: Path, proc: subprocess.Popen, counted: int, limit_s: float = 12
 
 
 def _explorer(path: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "explorer", "optimize", str(path)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
+    return start_cli("optimize", str(path))
 
 
 @pytest.mark.slow_postgresql

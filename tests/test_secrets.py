@@ -27,7 +27,8 @@ import pytest
 
 from explorer.commands import MASKED_NOTE, command, hint_lines, shown_url
 from explorer.launch._command import free_port
-from explorer.study._storage import has_secret, mask_url, open_storage, redact, secrets_of
+from explorer.secrets import has_secret, mask_url, redact, secrets_of
+from explorer.study import open_storage
 from tests.builders import run_cli
 from tests.conftest import merge
 

@@ -29,9 +29,8 @@ import pytest
 from explorer.spec import load_study
 from explorer.study import open_study, status_of
 from explorer.study._interrupt import Interrupted, StopRequest
-from tests.builders import run_cli
+from tests.builders import REPO, run_cli, start_cli
 
-REPO = Path(__file__).resolve().parents[1]
 START_LIMIT_S = 240.0
 """How long a driver may take to start its trial's rank (Ray, the zygote's imports, on 2 busy cores)."""
 DUMP = "SIGTERM received"  # Abseil's failure signal dump, as Ray's core worker wrote it before
@@ -165,15 +164,7 @@ def _stop_a_running_trial(path: Path, tmp_path: Path, signum: int) -> tuple[int,
     Returns:
         The exit status, the whole output, and the output from the trial's start on.
     """
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "explorer", "optimize", str(path)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        start_new_session=True,
-    )
+    proc = start_cli("optimize", str(path), new_session=True)
     try:
         out = _Lines(proc.stdout)
         started = out.until("trial 0 started", proc, START_LIMIT_S)

@@ -6,12 +6,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.commands import hint_lines
+from explorer.secrets import mask_url
 from explorer.study import (
     OBJECTIVE,
     answered_without_running,
     config_of,
     describe,
-    mask_url,
     open_study,
     status_of,
 )

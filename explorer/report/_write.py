@@ -67,7 +67,8 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
     import optuna
 
     from explorer.paths import inside
-    from explorer.study import OBJECTIVE, mask_url, open_existing_study
+    from explorer.secrets import mask_url
+    from explorer.study import OBJECTIVE, open_existing_study
 
     study = open_existing_study(loaded)
     folder = out if out is not None else loaded.output_dir / "report"

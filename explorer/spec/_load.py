@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from explorer.errors import SpecError
 from explorer.paths import default_output_dir
+from explorer.secrets import mask_url
 from explorer.spec._models import StudySpec
 from explorer.spec._ray_address import check_ray_address
 
@@ -520,8 +521,6 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):  # ValueError: a port that is not a number
-        from explorer.study._storage import mask_url  # lazily: explorer.study imports explorer.spec
-
         shown = mask_url(url)  # never print a password, wherever it sits
         raise SpecError(file=file, field=field, problem=f"{shown!r} is not an SQLAlchemy URL") from None
     backend = parsed.get_backend_name()

@@ -14,7 +14,7 @@ from explorer.study._record import (
 )
 from explorer.study._recover import Reclaimed, reclaim_interrupted
 from explorer.study._run_folder import recorded_run_folder
-from explorer.study._storage import mask_url, open_storage
+from explorer.study._storage import open_storage
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "describe",
     "fits_by_dominance",
     "inferred_oom",
-    "mask_url",
     "memory_dominates",
     "open_storage",
     "open_existing_study",

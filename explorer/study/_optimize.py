@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from explorer.fault import first_launches, pick_fault
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
+from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._flight import (
     InFlight,
@@ -41,7 +42,7 @@ from explorer.study._record import (
 )
 from explorer.study._recover import reclaim_interrupted, reclaim_orphans, requeue
 from explorer.study._run_folder import check_run_folder, claim_run_folder
-from explorer.study._storage import mask_url, open_storage
+from explorer.study._storage import open_storage
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
