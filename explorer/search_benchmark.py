@@ -37,7 +37,7 @@ from explorer.spec import LoadedStudy
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs"]
+__all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs", "trial_sequence"]
 
 VARIANTS = (
     "default",
@@ -110,14 +110,16 @@ def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
-def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> SearchRun:
+def _run_study(
+    loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int
+) -> list[optuna.trial.FrozenTrial]:
     """One fresh study of ``n_trials`` counted trials against the replay table (Optuna's
-    in-memory storage: the optimize loop is the same, the sqlite commits are not)."""
+    in-memory storage: the optimize loop is the same, the sqlite commits are not); its trials in
+    order."""
     import optuna
 
     from explorer.spec import SamplerSpec
-    from explorer.study import open_study, optimize, status_of
-    from explorer.study._record import counts
+    from explorer.study import open_study, optimize
 
     # the study file's sampler (grid, say) is replaced by the variant's
     spec = loaded.spec.model_copy(
@@ -138,7 +140,16 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
     storage = optuna.storages.InMemoryStorage()
     optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False)
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
-    counted = [t for t in sorted(trials, key=lambda t: t.number) if counts(t)]
+    return sorted(trials, key=lambda t: t.number)
+
+
+def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> SearchRun:
+    """One fresh study of ``n_trials`` counted trials against the replay table, summed up."""
+    from explorer.study import status_of
+    from explorer.study._record import counts
+
+    trials = _run_study(loaded, variant, seed, n_trials=n_trials)
+    counted = [t for t in trials if counts(t)]
     return SearchRun(
         variant=variant,
         seed=seed,
@@ -146,6 +157,22 @@ def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> 
         inferred=sum("inferred_from" in t.user_attrs for t in trials),
         reused=sum("reused_from" in t.user_attrs for t in trials),
     )
+
+
+def trial_sequence(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> list[tuple[str, str]]:
+    """Every trial of one run, in order: its configuration key and how it was answered
+    (``reused``, ``inferred``, else its status). The same seed walks the same sequence: a
+    refactoring of the space, the search or the loop must not change it."""
+    from explorer.study import config_of, status_of
+
+    def how(t: optuna.trial.FrozenTrial) -> str:
+        if "reused_from" in t.user_attrs:
+            return "reused"
+        if "inferred_from" in t.user_attrs:
+            return "inferred"
+        return status_of(t) or t.state.name.lower()
+
+    return [(config_of(t).key(), how(t)) for t in _run_study(loaded, variant, seed, n_trials=n_trials)]
 
 
 def summarize_runs(

@@ -22,11 +22,11 @@ from pathlib import Path
 import optuna
 import pytest
 
+from explorer.secrets import mask_url
 from explorer.spec import load_study
 from explorer.study import (
     config_of,
     counted_trials,
-    mask_url,
     open_storage,
     open_study,
     optimize,
