@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from explorer.search_benchmark import trial_sequence  # noqa: E402
+from explorer.search_benchmark import VARIANTS, trial_sequence  # noqa: E402
 from explorer.spec import load_study  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "search_sequences.json"
@@ -32,8 +32,7 @@ STUDIES = {
     "llama-3.1-8b": ("benchmarks/search_studies/llama-3.1-8b.yaml", "model-llama-3.1-8b.csv"),
     "cpu-quickstart": ("studies/quickstart.yaml", "cpu-quickstart.csv"),
 }
-VARIANTS = ("default", "no-local-search", "random", "optuna")
-SEEDS = (0, 1)
+SEEDS = (0, 1, 2)
 N_TRIALS = 20
 
 
@@ -57,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     now = record(list(STUDIES))
     if args.check:
-        recorded = json.loads(OUT.read_text())
+        recorded = json.loads(OUT.read_text())["sequences"]
         differ = [f"{s}:{r}" for s in now for r in now[s] if now[s][r] != recorded.get(s, {}).get(r)]
         print("same" if not differ else f"different: {differ}")
         return 1 if differ else 0
