@@ -1,6 +1,6 @@
 """The memory prior's error on the measured CPU table (issue 4).
 
-The model (:mod:`explorer.study._memory_model`) predicts the per-device peak memory of a
+The model (:mod:`explorer.search._memory_model`) predicts the per-device peak memory of a
 configuration not yet run from the peaks of those that ran, by non-negative least squares on
 what each strategy shards (parameters; gradients and optimizer state) and the tokens a device
 holds with and without checkpointing. Local search orders the neighbours it predicts to run out
@@ -26,7 +26,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from explorer.study._memory_model import MemoryModel
+from explorer.search._memory_model import MemoryModel
 from explorer.trial_config import TrialConfig
 
 

@@ -98,8 +98,8 @@ def best_in_table(loaded: LoadedStudy, table: ReplayTable) -> tuple[float, int, 
 def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
     import optuna
 
+    from explorer.search._sampler import make_sampler
     from explorer.spec import SamplerSpec
-    from explorer.study._sampler import make_sampler
 
     if variant in (*LOCAL, "no-local-search"):
         return make_sampler(SamplerSpec(kind="tpe", seed=seed))

@@ -1,4 +1,4 @@
-"""The frontier walk (explorer.study._frontier): its probes, when it stops, and its place in a study."""
+"""The frontier walk (explorer.search._frontier): its probes, when it stops, and its place in a study."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from explorer.search._frontier import frontier_probe, frontier_stopped, mode_of
+from explorer.search._neighbours import LocalSearch
 from explorer.spec import load_study
-from explorer.study._frontier import frontier_probe, frontier_stopped, mode_of
-from explorer.study._neighbours import LocalSearch
 from explorer.trial_config import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]

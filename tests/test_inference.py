@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from explorer.search import fits_by_dominance, inferred_oom, memory_dominates
 from explorer.spec import load_study
 from explorer.study import (
     config_of,
     counted_trials,
-    fits_by_dominance,
-    inferred_oom,
-    memory_dominates,
     open_study,
     optimize,
     status_of,

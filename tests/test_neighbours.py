@@ -1,4 +1,4 @@
-"""Local search (explorer.study._neighbours): the moves, the filters, and its place in a study."""
+"""Local search (explorer.search._neighbours): the moves, the filters, and its place in a study."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from explorer.search._neighbours import LocalSearch
 from explorer.spec import load_study
-from explorer.study._neighbours import LocalSearch
 from explorer.trial_config import TrialConfig
 from tests.builders import GRANITE_FSDP2, config
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from explorer.search._memory_model import MemoryModel
+from explorer.search._neighbours import LocalSearch
+from explorer.search._throughput_prior import Ceilings, throughput_dominates
 from explorer.spec import load_study
-from explorer.study._memory_model import MemoryModel
-from explorer.study._neighbours import LocalSearch
-from explorer.study._throughput_prior import Ceilings, throughput_dominates
 from explorer.trial_config import TrialConfig
 from tests.builders import GRANITE_FSDP2, config
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import optuna
 import pytest
 
+from explorer.search._sampler import make_sampler
 from explorer.spec import SamplerSpec, load_study
 from explorer.study import open_study
 from explorer.study._open import enqueue_grid
-from explorer.study._sampler import make_sampler
 from explorer.validity import invalid_reason
 
 

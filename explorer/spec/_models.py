@@ -339,22 +339,22 @@ class SamplerSpec(_Spec):
     """TPE/GP: the driver proposes the start-up trials (the frontier walk, then trials that cover
     the space), then unanswered neighbours of the best configurations (one step of one parameter,
     or a memory trade); the sampler is asked when no neighbour is left
-    (:mod:`explorer.study._neighbours`)."""
+    (:mod:`explorer.search._neighbours`)."""
     frontier_start: bool = True
     """With ``local_search``: begin with the frontier walk: the configurations the throughput prior
     ranks highest, each searched for the largest batch it fits, until one runs out of memory where
-    nothing is known to fit (:mod:`explorer.study._frontier`)."""
+    nothing is known to fit (:mod:`explorer.search._frontier`)."""
     global_every: NonNegativeInt = 0
     """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood
     (0: only when no neighbour is left)."""
     memory_prior: bool = True
     """With ``local_search``: neighbours that a memory model fitted to the study's measured peaks
     predicts to run out of memory are proposed after the others (never skipped;
-    :mod:`explorer.study._memory_model`)."""
+    :mod:`explorer.search._memory_model`)."""
     throughput_prior: bool = True
     """With ``local_search``: neighbours that a measured configuration with no more GPUs, no more
     sharding and no checkpointing caps below 98% of the best are proposed after the others
-    (never skipped; :mod:`explorer.study._throughput_prior`)."""
+    (never skipped; :mod:`explorer.search._throughput_prior`)."""
 
 
 FaultKind = Literal["oom", "crash", "segfault", "hang", "actor_kill", "node_restart"]

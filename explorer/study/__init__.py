@@ -1,7 +1,7 @@
-"""The persistent Optuna study: storage, sampler, recording outcomes, resume, and the optimize loop."""
+"""The persistent Optuna study: storage, recording outcomes, resume, several drivers, and the
+optimize loop (which asks :mod:`explorer.search` what to try)."""
 
 from explorer.study._audit import Audit, audit
-from explorer.study._inference import fits_by_dominance, inferred_oom, memory_dominates
 from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
     COUNTED,
@@ -28,9 +28,6 @@ __all__ = [
     "config_of",
     "counted_trials",
     "describe",
-    "fits_by_dominance",
-    "inferred_oom",
-    "memory_dominates",
     "open_storage",
     "open_existing_study",
     "open_study",

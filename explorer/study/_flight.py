@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from explorer.search._neighbours import LocalSearch
 from explorer.spec import LoadedStudy
 from explorer.study._known import Known
-from explorer.study._neighbours import LocalSearch
 from explorer.study._peers import WAITS_FOR, running_elsewhere, settled
 from explorer.study._proposals import propose_neighbour, propose_unanswered
 from explorer.study._record import (

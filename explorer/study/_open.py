@@ -5,11 +5,11 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
+from explorer.search._sampler import make_sampler
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._objectives import SECOND_OBJECTIVES, Direction
 from explorer.study._record import OBJECTIVE
-from explorer.study._sampler import make_sampler
 from explorer.study._storage import open_storage
 from explorer.validity import invalid_reason
 

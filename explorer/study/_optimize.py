@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from explorer.fault import first_launches, pick_fault
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
+from explorer.search._inference import inferred_oom
+from explorer.search._neighbours import LocalSearch
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._flight import (
@@ -21,13 +23,11 @@ from explorer.study._flight import (
     next_to_start,
     settle_remote,
 )
-from explorer.study._inference import inferred_oom
 from explorer.study._interrupt import Interrupted, StopRequest, signal_name, signal_of
 from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
-from explorer.study._neighbours import LocalSearch
 from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import WAITS_FOR, Drivers, occupancy
 from explorer.study._record import (

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from explorer.search._frontier import frontier_stopped
+from explorer.search._inference import inferred_oom
+from explorer.search._neighbours import LocalSearch
+from explorer.search._sampler import DEFAULT_STARTUP
 from explorer.spec import LoadedStudy
-from explorer.study._frontier import frontier_stopped
-from explorer.study._inference import inferred_oom
 from explorer.study._known import Known
-from explorer.study._neighbours import LocalSearch
 from explorer.study._record import config_of, status_of
-from explorer.study._sampler import DEFAULT_STARTUP
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 

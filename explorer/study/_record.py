@@ -9,7 +9,7 @@
 Statuses that count towards ``n_trials``: ok, oom, invalid, failed. A configuration proposed again
 after it was measured (ok or oom) is answered from that measurement without running
 (``reused_from``) and does not count; nor does an OOM inferred from a measured one
-(``inferred_from``, see :mod:`explorer.study._inference`).
+(``inferred_from``, see :mod:`explorer.search._inference`).
 
 A configuration answered from the measurement store (``reused_from_store``: measured by another
 study, or by an earlier run of this one, with the same workload on the same hardware; see

@@ -1,7 +1,7 @@
 """The frontier start: first try what should be fastest, and find the largest batch it fits.
 
 Per-GPU throughput is highest with the fewest GPUs, no activation checkpointing and the least
-sharding (the throughput prior, :mod:`explorer.study._throughput_prior`), and usually with the
+sharding (the throughput prior, :mod:`explorer.search._throughput_prior`), and usually with the
 largest per-device batch that fits. So before covering the space, the start-up trials walk down
 from the top of that order:
 
@@ -32,9 +32,9 @@ import dataclasses
 import random
 from collections.abc import Iterable, Sequence
 
+from explorer.search._inference import fits_by_dominance, inferred_oom
+from explorer.search._throughput_prior import throughput_dominates
 from explorer.space import SearchSpace
-from explorer.study._inference import fits_by_dominance, inferred_oom
-from explorer.study._throughput_prior import throughput_dominates
 from explorer.trial_config import TrialConfig
 
 __all__ = ["frontier_probe", "frontier_stopped", "mode_of"]

@@ -9,7 +9,7 @@ expected at least as fast per GPU as ``b`` when it has:
 * no more sharding, within one backend and FSDP version: NO_SHARD >= SHARD_GRAD_OP >= FULL_SHARD
   (each step down adds a gather of the parameters). HYBRID_SHARD is compared only with itself.
 
-These are the memory axes of :mod:`explorer.study._inference` turned around: what saves memory
+These are the memory axes of :mod:`explorer.search._inference` turned around: what saves memory
 costs time. The batch size is not an axis: a larger per-device batch is usually, not always,
 faster (on the CPU table batch 32 is slower than 16 and 64).
 

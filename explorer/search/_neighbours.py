@@ -1,7 +1,7 @@
 """Local search: a start that covers the space, then the configurations next to the best ones,
 proposed before TPE is asked.
 
-The start-up trials are the frontier walk's (:mod:`explorer.study._frontier`) or, once it stops,
+The start-up trials are the frontier walk's (:mod:`explorer.search._frontier`) or, once it stops,
 not drawn at random: each is the valid configuration with the largest share of parameter values
 no earlier trial had (ties at random), so that five trials already see both checkpointing
 settings, every backend, and the ends and middle of the batch range.
@@ -22,12 +22,12 @@ A neighbour differs by one move:
   sharding with any larger batch (checkpointing typically buys a 2-8x larger batch).
 
 Neighbours already measured, in flight, invalid, or inferred OOM (they dominate a known OOM, see
-:mod:`explorer.study._inference`) are never proposed. The rest are ordered, first to last:
+:mod:`explorer.search._inference`) are never proposed. The rest are ordered, first to last:
 
 1. not predicted to run out of memory by the memory model fitted to the study's measured peaks
-   (:mod:`explorer.study._memory_model`; none until 5 peaks are measured);
+   (:mod:`explorer.search._memory_model`; none until 5 peaks are measured);
 2. not capped below 98% of the best by a measured configuration that should be at least as fast
-   per GPU (:mod:`explorer.study._throughput_prior`);
+   per GPU (:mod:`explorer.search._throughput_prior`);
 3. the rating of an additive model of log-throughput (one effect per parameter value and per
    per-device batch, fitted to the feasible trials; values never measured feasible rate as the
    best seen).
@@ -42,13 +42,13 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from explorer.search._frontier import frontier_probe
+from explorer.search._inference import inferred_oom
+from explorer.search._memory_model import MemoryModel
+from explorer.search._throughput_prior import Ceilings
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
 from explorer.spec import ResourcesSpec
-from explorer.study._frontier import frontier_probe
-from explorer.study._inference import inferred_oom
-from explorer.study._memory_model import MemoryModel
-from explorer.study._throughput_prior import Ceilings
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -72,7 +72,7 @@ class LocalSearch:
     throughput_prior: bool = True
     """Order neighbours capped below 98% of the best by a faster measured configuration last."""
     frontier: bool = True
-    """Start with the frontier walk (:mod:`explorer.study._frontier`) before covering the space."""
+    """Start with the frontier walk (:mod:`explorer.search._frontier`) before covering the space."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
 
@@ -130,7 +130,7 @@ class LocalSearch:
         fitted: Iterable[TrialConfig],
         last: TrialConfig | None,
     ) -> TrialConfig | None:
-        """The frontier walk's next probe (:mod:`explorer.study._frontier`), or ``None``."""
+        """The frontier walk's next probe (:mod:`explorer.search._frontier`), or ``None``."""
         return frontier_probe(
             space=self.space,
             valid=self.valid(),
