@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from explorer.secrets import mask_url  # noqa: E402
-from explorer.spec import load_study  # noqa: E402
 from explorer.study import audit, counted_trials, open_study  # noqa: E402
+from explorer.study_file import load_study  # noqa: E402
 
 STUDY = ROOT / "benchmarks" / "search_studies" / "faults-granite-3.1-2b.yaml"
 OUT = ROOT / "benchmarks" / "results" / "fault_injection.json"

@@ -36,7 +36,8 @@ from explorer.job import TrialJob  # noqa: E402
 from explorer.launch import ensure_zygote, run_trial, zygote_environment  # noqa: E402
 from explorer.measure import with_measurement  # noqa: E402
 from explorer.measurement import Measurement  # noqa: E402
-from explorer.spec import LoadedStudy, load_study  # noqa: E402
+from explorer.spec import LoadedStudy  # noqa: E402
+from explorer.study_file import load_study  # noqa: E402
 from explorer.trial_config import TrialConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

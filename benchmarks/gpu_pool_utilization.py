@@ -32,8 +32,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.spec import LoadedStudy, SamplerSpec, load_study
+from explorer.spec import LoadedStudy, SamplerSpec
 from explorer.study import open_study, optimize, slots_of, study_utilization
+from explorer.study_file import load_study
 
 if TYPE_CHECKING:
     import optuna

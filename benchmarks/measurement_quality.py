@@ -25,7 +25,8 @@ from typing import Any
 from explorer.launch import RayLauncher
 from explorer.measure import measure, with_measurement
 from explorer.measurement import Measurement
-from explorer.spec import LoadedStudy, load_study
+from explorer.spec import LoadedStudy
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]

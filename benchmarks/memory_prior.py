@@ -19,7 +19,6 @@ their memory is linear in these same features.)
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import random
 import statistics
@@ -31,14 +30,13 @@ from explorer.trial_config import TrialConfig
 
 
 def _table_rows(path: Path) -> list[tuple[TrialConfig, bool, float | None]]:
-    from explorer.launch._replay import PARAMETERS, _normalise, _parse
+    from explorer.launch._replay import _normalise, _parse, parameters
 
-    names = {f.name for f in dataclasses.fields(TrialConfig)}
     out = []
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
-            p = _normalise({c: _parse(c, r[c] or "") for c in r if c in PARAMETERS})
-            p = {k: v for k, v in p.items() if k in names and v is not None}
+            p = _normalise({c: _parse(c, r[c] or "") for c in r if c in parameters()})
+            p = {k: v for k, v in p.items() if v is not None}
             ok = r["is_valid"] in ("1", "True", "1.0")
             peak = float(r["peak_memory_gib"]) if ok and r.get("peak_memory_gib") else None
             out.append((TrialConfig(**p), ok, peak))

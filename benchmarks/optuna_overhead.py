@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from explorer.launch import launcher_for
-from explorer.spec import load_study
 from explorer.study import open_study, optimize
+from explorer.study_file import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "optuna_overhead.json"

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from explorer.search_benchmark import VARIANTS, trial_sequence  # noqa: E402
-from explorer.spec import load_study  # noqa: E402
+from explorer.study_file import load_study  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "search_sequences.json"
 STUDIES = {

@@ -167,7 +167,7 @@ def write_tables() -> list[Path]:
 
 def search(repeats: int, n_trials: int, first_seed: int = 0) -> dict:
     from explorer.search_benchmark import benchmark_search, format_table, to_json
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     studies = {
         "cpu-quickstart.csv": ROOT / "studies" / "cpu-table.yaml",
@@ -201,8 +201,8 @@ def remeasure(rounds: int) -> Path:
     import tempfile
 
     from explorer.export import export_rows
-    from explorer.spec import load_study
     from explorer.study import open_study, optimize
+    from explorer.study_file import load_study
     from explorer.trial_config import TrialConfig
 
     table = TABLES / "cpu-quickstart.csv"

@@ -23,7 +23,7 @@ import measurement_quality as mq  # noqa: E402
 
 from explorer.launch import RayLauncher  # noqa: E402
 from explorer.measure import measure, with_measurement  # noqa: E402
-from explorer.spec import load_study  # noqa: E402
+from explorer.study_file import load_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "warm_vs_cold.jsonl"

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["SpecError"]
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["SpecError", "did_you_mean"]
 
 
 class SpecError(Exception):
@@ -23,3 +26,10 @@ class SpecError(Exception):
         self.problem = " ".join(problem.split())
         where = f"{file}: {field}" if field else file
         super().__init__(f"{where}: {self.problem}")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``"; did you mean X"`` for the known name closest to ``name`` (case ignored), or ``""``."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
+    return f"; did you mean {by_lower[close[0]]}" if close else ""

@@ -11,12 +11,11 @@ reads the file back as it is.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.trial_config import TrialConfig
+from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
@@ -36,7 +35,7 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
     from explorer.study import open_existing_study, status_of
 
     study = open_existing_study(loaded)
-    names = [f.name for f in dataclasses.fields(TrialConfig)]
+    names = field_names()
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     rows = []
     for t in sorted(study.get_trials(deepcopy=False, states=finished), key=lambda t: t.number):

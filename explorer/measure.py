@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from explorer.errors import SpecError
+from explorer.errors import SpecError, did_you_mean
 from explorer.job import TrialJob
+from explorer.knobs import asking_order, knob, knobs
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy, read_yaml
 from explorer.trial_config import TrialConfig
@@ -25,12 +26,15 @@ __all__ = ["config_from_cli", "measure", "none_measured", "with_measurement"]
 def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | None) -> TrialConfig:
     """A TrialConfig from ``--config FILE`` and ``--set name=value`` (the latter win).
 
-    Unset knobs take the workload's defaults; each value is checked like a search-space value.
+    A knob neither gives takes what the study's space fixes it to, else its default (the
+    workload's, for the sequence length and LoRA rank), else its ``measure_default`` (DDP, FSDP2,
+    FULL_SHARD); each value is checked like a search-space value. A value for a knob that does
+    not apply (``fsdp_version`` with DDP) is left out, as the search space would.
 
     Raises:
         SpecError: an unknown name, a bad value, or a missing required knob.
     """
-    from explorer.space import PARAMETERS
+    from explorer.space import Fixed
 
     values: dict[str, Any] = {}
     if config_file:
@@ -44,40 +48,45 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
             raise SpecError(file="--set", field=item, problem="use name=value")
         values[name.strip()] = yaml.safe_load(text)
     for name, value in values.items():
-        spec = PARAMETERS.get(name)
-        if spec is None:
-            raise SpecError(file="--set", field=name, problem=f"unknown; known: {', '.join(PARAMETERS)}")
-        kind_ok = {
-            "int": isinstance(value, int) and not isinstance(value, bool),
-            "bool": isinstance(value, bool),
-        }
-        if not kind_ok.get(spec.kind, isinstance(value, str)):
-            raise SpecError(file="--set", field=name, problem=f"{value!r} is not a {spec.kind}")
-        problem = spec.check(value)
-        if problem is None and spec.check_transformers is not None:
-            problem = spec.check_transformers(value)
-        if problem:
-            raise SpecError(file="--set", field=name, problem=problem)
-    for name in ("batch_size", "number_gpus"):
-        if name not in values:
-            raise SpecError(file="--set", field=name, problem="required")
-    workload = loaded.spec.workload
-    gpus = values["number_gpus"]
-    backend = values.get("distributed_backend", "DDP" if gpus > 1 else "NONE")
-    fsdp = backend == "FSDP"
-    return TrialConfig(
-        batch_size=values["batch_size"],
-        number_gpus=gpus,
-        distributed_backend=backend,
-        gradient_checkpointing=values.get("gradient_checkpointing", False),
-        model_max_length=values.get("model_max_length", workload.model_max_length),
-        fsdp_version=values.get("fsdp_version", 2) if fsdp else None,
-        fsdp_sharding_strategy=values.get("fsdp_sharding_strategy", "FULL_SHARD") if fsdp else None,
-        gradient_accumulation_steps=values.get("gradient_accumulation_steps", 1),
-        lora_r=values.get("lora_r", workload.method.r) if workload.method.kind == "lora" else None,
-        optim=values.get("optim", "adamw_torch"),
-        torch_compile=values.get("torch_compile", False),
-    )
+        _check_set(str(name), value)
+    space = loaded.space
+    fixed = {name: d.value for name, d in space.domains.items() if isinstance(d, Fixed)}
+    resolved: dict[str, Any] = {}
+    for k in asking_order():
+        if not k.applies(resolved, space.facts):
+            resolved[k.name] = k.inactive
+            continue
+        default = k.default_from(loaded.spec.workload) if k.default_from is not None else k.default
+        given = [
+            v for v in (values.get(k.name), fixed.get(k.name), default, k.measure_default) if v is not None
+        ]
+        if not given and k.required:
+            raise SpecError(
+                file="--set", field=k.name, problem="required (the study's space does not fix it)"
+            )
+        resolved[k.name] = given[0] if given else None
+    return TrialConfig(**resolved)
+
+
+def _check_set(name: str, value: Any) -> None:
+    """Refuse an unknown knob, or a value of the wrong kind or that the knob's checks refuse."""
+    names = [k.name for k in knobs()]
+    if name not in names:
+        raise SpecError(
+            file="--set", field=name, problem=f"unknown{did_you_mean(name, names)}; known: {', '.join(names)}"
+        )
+    k = knob(name)
+    kind_ok = {
+        "int": isinstance(value, int) and not isinstance(value, bool),
+        "bool": isinstance(value, bool),
+    }
+    if not kind_ok.get(k.kind, isinstance(value, str)):
+        raise SpecError(file="--set", field=name, problem=f"{value!r} is not a {k.kind}")
+    problem = k.check(value)
+    if problem is None and k.check_transformers is not None:
+        problem = k.check_transformers(value)
+    if problem:
+        raise SpecError(file="--set", field=name, problem=problem)
 
 
 def measure(

@@ -1,88 +1,149 @@
-"""The configuration one trial runs: what the search space produces and the worker consumes."""
+"""The configuration one trial runs: what the search space produces and the worker consumes.
+
+Its fields are the knobs of :mod:`explorer.knobs`, read as attributes (``config.batch_size``).
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
+
+from explorer.knobs import BACKENDS, FSDP_SHARDING_STRATEGIES, FSDP_VERSIONS, knobs
 
 __all__ = [
     "BACKENDS",
     "FSDP_SHARDING_STRATEGIES",
     "FSDP_VERSIONS",
+    "KEY_ORDER",
     "TrialConfig",
+    "field_names",
 ]
 
-Backend = Literal["NONE", "DDP", "FSDP"]
-BACKENDS: tuple[str, ...] = ("DDP", "FSDP")
-FSDP_SHARDING_STRATEGIES: tuple[str, ...] = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
-FSDP_VERSIONS: tuple[int, ...] = (1, 2)
+KEY_ORDER = (
+    "batch_size",
+    "number_gpus",
+    "distributed_backend",
+    "gradient_checkpointing",
+    "model_max_length",
+    "fsdp_sharding_strategy",
+    "fsdp_version",
+    "gradient_accumulation_steps",
+    "lora_r",
+    "optim",
+    "torch_compile",
+    "number_nodes",
+)
+"""The knobs of the first configuration key, in its order: they are always in a key (but where
+``None``), so that stored measurements and keys stay valid. Never add to it: a knob declared
+later enters a key after these, and only where it is not at its default."""
 
 
-@dataclass(frozen=True, kw_only=True)
+def field_names() -> list[str]:
+    """Every knob's name in a configuration's order: the first key's (:data:`KEY_ORDER`), then
+    the knobs declared later, in registry order (exports, ``to_dict``, the key)."""
+    return [*KEY_ORDER, *(k.name for k in knobs() if k.name not in KEY_ORDER)]
+
+
 class TrialConfig:
-    """One point of the search space, fully resolved (no defaults left to the worker)."""
+    """One point of the search space, fully resolved (no defaults left to the worker).
 
-    batch_size: int
-    """Global batch size per optimizer micro-step, spread evenly over ``number_gpus`` (as in ado)."""
-    number_gpus: int
-    """Processes (one per GPU) that train together."""
-    distributed_backend: Backend
-    """``NONE`` for a single device, else ``DDP`` or ``FSDP``."""
-    gradient_checkpointing: bool
-    """Activation checkpointing of every decoder layer."""
-    model_max_length: int
-    """Sequences are truncated to, and right-padded to, this many tokens."""
-    fsdp_sharding_strategy: str | None = None
-    """FSDP only: FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or NO_SHARD."""
-    fsdp_version: int | None = None
-    """FSDP only: 1 (FullyShardedDataParallel) or 2 (fully_shard / FSDPModule)."""
-    gradient_accumulation_steps: int = 1
-    """Micro-steps per optimizer step."""
-    lora_r: int | None = None
-    """LoRA rank when the workload's method is LoRA; ``None`` for full fine-tuning."""
-    optim: str = "adamw_torch"
-    """An HF ``TrainingArguments.optim`` name."""
-    torch_compile: bool = False
-    """Wrap the model with ``torch.compile``."""
-    number_nodes: int = 1
-    """Nodes the GPUs are spread over (the parallelism degree, not the world size, lives here)."""
+    Immutable and hashable; equal when every knob is. A knob left out takes its default, else
+    its inactive value (``TypeError`` for a required knob that always applies, or an unknown
+    name).
+    """
+
+    __slots__ = ("_values",)
+    _values: dict[str, Any]
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - {k.name for k in knobs()}
+        if unknown:
+            raise TypeError(f"unknown TrialConfig fields: {sorted(unknown)}")
+        resolved = {}
+        for k in knobs():
+            if k.name in values:
+                resolved[k.name] = values[k.name]
+            elif k.required and k.when is None:
+                raise TypeError(f"TrialConfig needs {k.name}")
+            else:
+                resolved[k.name] = k.default if k.default is not None else k.inactive
+        object.__setattr__(self, "_values", resolved)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(f"TrialConfig has no knob {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("TrialConfig is immutable; use replace()")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TrialConfig) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._values.items()))
+
+    def __repr__(self) -> str:
+        return "TrialConfig(" + ", ".join(f"{n}={v!r}" for n, v in self._values.items()) + ")"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.to_dict(),))
 
     @property
     def per_device_batch_size(self) -> int:
         """Samples per process and micro-step (``batch_size // number_gpus``)."""
-        return self.batch_size // max(1, self.number_gpus)
+        return int(self.batch_size) // max(1, int(self.number_gpus))
 
     @property
     def sharded(self) -> bool:
         """Whether parameters are wrapped by FSDP."""
-        return self.distributed_backend == "FSDP"
+        return bool(self.distributed_backend == "FSDP")
+
+    def replace(self, **changes: Any) -> TrialConfig:
+        """This configuration with ``changes``."""
+        return TrialConfig(**{**self._values, **changes})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values, for JSON, Optuna user_attrs and exports."""
-        return dataclasses.asdict(self)
+        """Plain values, for JSON, Optuna user_attrs and exports (first-key order, then the rest)."""
+        return {n: self._values[n] for n in field_names() if n in self._values}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialConfig:
-        """Inverse of :meth:`to_dict`; rejects unknown keys."""
-        names = {f.name for f in dataclasses.fields(cls)}
+        """Inverse of :meth:`to_dict`; rejects unknown keys. A knob the dict lacks (one written
+        before the knob existed) takes its default."""
+        names = {k.name for k in knobs()}
         unknown = set(data) - names
         if unknown:
             raise ValueError(f"unknown TrialConfig fields: {sorted(unknown)}")
-        return cls(**data)
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
     def key(self) -> str:
         """Canonical identifier, in the style of ado's entity identifiers.
 
-        Two configurations that run the same job have the same key.
+        Two configurations that run the same job have the same key. A knob declared after the
+        first key's (:data:`KEY_ORDER`) enters it only where it is not at its default, so that
+        adding a knob leaves every earlier key valid.
         """
         return _key(self)
+
+
+def _rebuild(values: dict[str, Any]) -> TrialConfig:
+    return TrialConfig(**values)
 
 
 @functools.lru_cache(maxsize=65536)
 def _key(config: TrialConfig) -> str:
     # the optimize loop asks for keys of the same configurations many times a trial
-    return "-".join(
-        f"{f.name}.{v}" for f in dataclasses.fields(config) if (v := getattr(config, f.name)) is not None
-    )
+    defaults = {k.name: k.default for k in knobs()}
+    parts = []
+    for name, value in config.to_dict().items():
+        if value is None or (name not in KEY_ORDER and value == defaults.get(name)):
+            continue
+        parts.append(f"{name}.{value}")
+    return "-".join(parts)

@@ -99,7 +99,7 @@ def ray_local():
 def make_job(write_study):
     """Build a TrialJob for ``config`` fields on the tiny workload (optionally patching the study)."""
     from explorer.job import TrialJob
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
     from explorer.trial_config import TrialConfig
 
     def _make(study_patch: dict[str, Any] | None = None, **config: Any) -> TrialJob:

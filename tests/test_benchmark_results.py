@@ -173,8 +173,8 @@ def test_gpu_pool_utilization_recomputes_from_its_slots():
     import optuna
 
     from explorer.launch import GpuSlot
-    from explorer.spec import load_study
     from explorer.study import utilization
+    from explorer.study_file import load_study
 
     bench = _bench("gpu_pool_utilization")
     result = json.loads((RESULTS / "gpu_pool_utilization.json").read_text())

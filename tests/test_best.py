@@ -16,8 +16,8 @@ import yaml
 
 from explorer.best import render_accelerate, select_best
 from explorer.cli import main as cli_main
-from explorer.spec import load_study
 from explorer.study import open_study, optimize
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -27,8 +27,8 @@ import optuna
 import pytest
 
 from explorer.launch import SLOT_ATTR, GpuSlot
-from explorer.spec import load_study
 from explorer.study import counted_trials, open_study
+from explorer.study_file import load_study
 from tests.builders import peak_held
 
 REPO = Path(__file__).resolve().parents[1]

@@ -108,8 +108,8 @@ def test_explorer_dashboard_serves_trials_user_attrs_and_artifacts(write_study, 
     from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
     from explorer.dashboard import artifact_dir
-    from explorer.spec import load_study
     from explorer.study import open_study
+    from explorer.study_file import load_study
 
     path = write_study({"storage": f"sqlite:///{tmp_path}/s.db", "output_dir": str(tmp_path / "runs")})
     loaded = load_study(path)

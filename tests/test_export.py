@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from explorer.spec import load_study
 from explorer.study import open_study, optimize
 from explorer.study._record import config_of
+from explorer.study_file import load_study
 from tests.builders import run_cli
 
 

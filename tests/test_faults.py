@@ -16,10 +16,10 @@ import optuna
 import pytest
 
 from explorer.launch import SLOT_ATTR, GpuSlot
-from explorer.spec import load_study
 from explorer.study import audit, counted_trials, open_study, optimize, status_of
 from explorer.study._journal import JOURNAL_FILE, trial_dir, write_ahead
 from explorer.study._record import record_driver
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import run_cli, start_cli
 

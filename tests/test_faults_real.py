@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from explorer.launch import SLOT_ATTR
-from explorer.spec import load_study
 from explorer.study import audit, open_study, optimize, status_of
+from explorer.study_file import load_study
 from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import pytest
 
 from explorer.search._frontier import frontier_probe, frontier_stopped, mode_of
 from explorer.search._neighbours import LocalSearch
-from explorer.spec import load_study
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 
 ROOT = Path(__file__).resolve().parents[1]

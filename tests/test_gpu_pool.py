@@ -10,9 +10,9 @@ import pytest
 
 from explorer.errors import SpecError
 from explorer.launch import SLOT_ATTR, GpuSlot
-from explorer.spec import load_study
 from explorer.study import config_of, open_study, optimize, slots_of, study_utilization, utilization
 from explorer.study._flight import InFlight, next_to_start
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import peak_held
 

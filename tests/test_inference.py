@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from explorer.search import fits_by_dominance, inferred_oom, memory_dominates
-from explorer.spec import load_study
 from explorer.study import (
     config_of,
     counted_trials,
@@ -16,6 +15,7 @@ from explorer.study import (
     optimize,
     status_of,
 )
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import config
 

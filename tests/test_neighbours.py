@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from explorer.search._neighbours import LocalSearch
-from explorer.spec import load_study
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import GRANITE_FSDP2, config
 
@@ -42,7 +42,7 @@ def test_moves_are_one_step_or_a_memory_trade(loaded):
     # more sharding with a larger batch
     assert _config(fsdp_sharding_strategy="FULL_SHARD", batch_size=128) in moves
     # leaving FSDP drops its settings; DDP is one move away
-    ddp = dataclasses.replace(c, distributed_backend="DDP", fsdp_version=None, fsdp_sharding_strategy=None)
+    ddp = c.replace(distributed_backend="DDP", fsdp_version=None, fsdp_sharding_strategy=None)
     assert ddp in moves
     # from two GPUs, one GPU (no backend at all) is a move
     two = _config(number_gpus=2)

@@ -6,9 +6,9 @@ import optuna
 import pytest
 
 from explorer.errors import SpecError
-from explorer.spec import load_study
 from explorer.study import open_study, optimize, status_of
 from explorer.study._objectives import INFEASIBLE_MINIMIZED
+from explorer.study_file import load_study
 
 
 def test_a_two_objective_quickstart_has_a_pareto_front(write_study, tmp_path, ray_local, capsys):

@@ -10,8 +10,8 @@ import pytest
 from explorer.launch import run_trial
 from explorer.measurement import Outcome
 from explorer.paths import escape
-from explorer.spec import load_study
 from explorer.study import open_study
+from explorer.study_file import load_study
 from tests.builders import run_cli
 
 

@@ -3,7 +3,6 @@ the memory model fitted to measured peaks, and what each changes in a proposal."
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from explorer.search._memory_model import MemoryModel
 from explorer.search._neighbours import LocalSearch
 from explorer.search._throughput_prior import Ceilings, throughput_dominates
-from explorer.spec import load_study
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import GRANITE_FSDP2, config
 
@@ -62,7 +61,7 @@ def test_throughput_dominance_follows_fewer_gpus_less_sharding_no_checkpointing(
 
 def test_a_ceiling_is_the_lowest_measured_value_that_dominates():
     c = _config(fsdp_sharding_strategy="FULL_SHARD", number_gpus=8, batch_size=64)  # per-device 8
-    no_ckpt = dataclasses.replace(c, gradient_checkpointing=False)
+    no_ckpt = c.replace(gradient_checkpointing=False)
     ceilings = Ceilings.of(
         [
             (_config(), 50.0),  # 4 GPUs, SHARD_GRAD_OP: dominates c

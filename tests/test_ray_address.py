@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from explorer.errors import SpecError
-from explorer.spec import load_study
 from explorer.spec._ray_address import PROBE_TIMEOUT_S, check_ray_address, ray_endpoint
+from explorer.study_file import load_study
 from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,8 +14,8 @@ import pytest
 from explorer.errors import SpecError
 from explorer.launch import ReplayTable, launcher_for
 from explorer.measurement import Outcome
-from explorer.spec import load_study
 from explorer.study import config_of, open_study, optimize, status_of
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import run_cli
 

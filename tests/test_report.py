@@ -12,8 +12,8 @@ import pytest
 from explorer.cli import main
 from explorer.report import feasible_ranking, print_summary  # the summary API is unchanged
 from explorer.report._figures import HEIGHT_PX, WIDTH_PX
-from explorer.spec import load_study
 from explorer.study import OBJECTIVE, open_study, optimize
+from explorer.study_file import load_study
 
 SINGLE = ["history.png", "throughput.png", "feasibility.png", "importances.png", "memory.png"]
 

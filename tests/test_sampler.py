@@ -6,9 +6,10 @@ import optuna
 import pytest
 
 from explorer.search._sampler import make_sampler
-from explorer.spec import SamplerSpec, load_study
+from explorer.spec import SamplerSpec
 from explorer.study import open_study
 from explorer.study._open import enqueue_grid
+from explorer.study_file import load_study
 from explorer.validity import invalid_reason
 
 

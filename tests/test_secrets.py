@@ -267,7 +267,7 @@ def _api(base: str, server: subprocess.Popen[str]) -> list[dict]:
 def test_a_printed_command_with_a_password_masks_it_and_says_so_once(write_study, tmp_path, monkeypatch):
     """No environment variable holds the URL: the printed commands carry ``***`` for the
     password, and one note says so. The options the command line gave are all there, quoted."""
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     path = _replay_study(write_study, tmp_path)
     url = f"postgresql+psycopg://zq:{PASSWORD}@db.example:5432/o?sslmode=require&password={ENCODED}"

@@ -26,9 +26,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from explorer.spec import load_study
 from explorer.study import open_study, status_of
 from explorer.study._interrupt import Interrupted, StopRequest
+from explorer.study_file import load_study
 from tests.builders import REPO, run_cli, start_cli
 
 START_LIMIT_S = 240.0

@@ -173,5 +173,5 @@ def test_number_nodes_is_a_parameter_of_multi_gpu_trials():
         invalid_reason(TrialConfig(**{**c.to_dict(), "number_nodes": 4}), resources) or ""
     )
     assert "number_nodes.2" in c.key() and "gpus=4 nodes=2" in describe(c)
-    with pytest.raises(SpecError, match="more than one node needs number_gpus > 1"):
+    with pytest.raises(SpecError, match="number_nodes needs number_gpus > 1, but number_gpus is only 1"):
         _space({**{k: v for k, v in params.items() if k != "distributed_backend"}, "number_gpus": 1})

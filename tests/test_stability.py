@@ -7,8 +7,8 @@ import pytest
 from explorer.errors import SpecError
 from explorer.measure import config_from_cli, with_measurement
 from explorer.measurement import Measurement, Outcome
-from explorer.spec import load_study
 from explorer.stability import summarize
+from explorer.study_file import load_study
 
 from .test_dashboard import _props
 

@@ -12,9 +12,9 @@ import pytest
 
 from explorer.cli import main
 from explorer.measurement import Measurement, Outcome
-from explorer.spec import load_study
 from explorer.study import counted_trials, open_study, status_of
 from explorer.study._record import record_driver, record_outcome
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 
 

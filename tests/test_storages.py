@@ -23,7 +23,6 @@ import optuna
 import pytest
 
 from explorer.secrets import mask_url
-from explorer.spec import load_study
 from explorer.study import (
     config_of,
     counted_trials,
@@ -32,6 +31,7 @@ from explorer.study import (
     optimize,
     status_of,
 )
+from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests._postgres import PASSWORD
 from tests.builders import run_cli

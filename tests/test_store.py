@@ -12,10 +12,11 @@ import sqlalchemy as sa
 from explorer.job import TrialJob
 from explorer.launch import ReplayLauncher
 from explorer.measurement import Measurement, Outcome, Properties
-from explorer.spec import LoadedStudy, load_study
+from explorer.spec import LoadedStudy
 from explorer.store import TABLE_NAME, MeasurementStore, StoreScope, hardware_key, workload_key
 from explorer.study import config_of, open_study, optimize, status_of
 from explorer.study._run_folder import MARKER
+from explorer.study_file import load_study
 from tests.builders import properties
 
 SCOPE = StoreScope(workload_key="w" * 16, hardware_key="h" * 16)

@@ -91,7 +91,7 @@ def test_ray_trials_start_warm_on_every_node(write_study, tmp_path):
     """Through the launcher: a ZygoteHost actor per node, and each trial's ranks forked from it."""
     from explorer.job import TrialJob
     from explorer.launch import RayLauncher
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
     from explorer.trial_config import TrialConfig
 
     loaded = load_study(write_study({}))

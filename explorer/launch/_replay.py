@@ -32,13 +32,14 @@ import random
 import statistics
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from explorer.errors import SpecError
 from explorer.fault import CRASH_EXIT_STATUS, InjectedFault
 from explorer.job import TrialJob
+from explorer.knobs import asking_order, knob, knobs
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.spec import DurationSpec
@@ -49,12 +50,12 @@ __all__ = ["ReplayLauncher", "ReplayTable"]
 OBJECTIVE = "dataset_tokens_per_second_per_gpu"
 MAX_TABLE_BYTES = 64 << 20
 
-_INT = {"batch_size", "number_gpus", "model_max_length", "fsdp_version", "gradient_accumulation_steps"}
-_INT |= {"lora_r", "number_nodes"}
-_BOOL = {"gradient_checkpointing", "torch_compile"}
-_STR = {"distributed_backend", "fsdp_sharding_strategy", "optim"}
-PARAMETERS = _INT | _BOOL | _STR
-"""Table columns matched against a trial's :class:`TrialConfig`."""
+
+def parameters() -> set[str]:
+    """Table columns matched against a trial's :class:`TrialConfig`: the knobs."""
+    return {k.name for k in knobs()}
+
+
 RECORDED_SECONDS = ("wall_seconds", "train_runtime")
 """Columns that record how long a trial took, the first present wins."""
 
@@ -63,9 +64,10 @@ def _parse(name: str, text: str) -> Any:
     text = text.strip()
     if text in ("", "None", "none", "null", "NaN", "nan"):
         return None
-    if name in _INT:
+    kind = knob(name).kind
+    if kind == "int":
         return int(float(text))
-    if name in _BOOL:
+    if kind == "bool":
         return _bool(text)
     return text
 
@@ -80,19 +82,20 @@ def _bool(text: str) -> bool:
 
 
 def _normalise(values: dict[str, Any]) -> dict[str, Any]:
-    """One spelling per job: a single GPU has no backend; only FSDP has FSDP settings."""
+    """One spelling per job: a knob that does not apply (by its condition on another column) takes
+    its inactive value (a single GPU has no backend; only FSDP has FSDP settings); an empty cell of
+    a knob that applies reads as its default (a row written before the knob existed)."""
     out = dict(values)
-    if out.get("number_gpus") == 1 and "distributed_backend" in out:
-        out["distributed_backend"] = "NONE"
     backend = out.get("distributed_backend")
-    if isinstance(backend, str):
-        backend = out["distributed_backend"] = (
-            "NONE" if backend.upper() in ("NONE", "NO", "DP") else backend.upper()
-        )
-    if backend is not None and backend != "FSDP":
-        for name in ("fsdp_sharding_strategy", "fsdp_version"):
-            if name in out:
-                out[name] = None
+    if isinstance(backend, str):  # ado's spellings
+        out["distributed_backend"] = "NONE" if backend.upper() in ("NONE", "NO", "DP") else backend.upper()
+    for k in asking_order():
+        if k.name not in out:
+            continue
+        if k.when is not None and k.when.parent in out and not k.applies(out, {}):
+            out[k.name] = k.inactive
+        elif out[k.name] is None and k.default is not None and k.when is None:
+            out[k.name] = k.default
     return out
 
 
@@ -110,7 +113,7 @@ class ReplayTable:
     def __init__(self, *, path: Path, columns: list[str], rows: list[_Row]) -> None:
         self.path = path
         self.rows = rows
-        self.parameters = [c for c in columns if c in PARAMETERS]
+        self.parameters = [c for c in columns if c in parameters()]
 
     @classmethod
     def read(
@@ -148,11 +151,12 @@ class ReplayTable:
                         for name, want in fixed.items()
                     ):
                         continue
-                    params = _normalise({c: _parse(c, raw[c] or "") for c in columns if c in PARAMETERS})
+                    known = parameters()
+                    params = _normalise({c: _parse(c, raw[c] or "") for c in columns if c in known})
                     values = {
                         c: float(raw[c])
                         for c in columns
-                        if c not in PARAMETERS and raw.get(c) not in (None, "") and _is_number(raw[c])
+                        if c not in known and raw.get(c) not in (None, "") and _is_number(raw[c])
                     }
                     if not _measured(raw):
                         continue
@@ -174,12 +178,10 @@ class ReplayTable:
         """Configuration fields that vary over ``configs`` but have no column in the table."""
         seen: dict[str, set[Any]] = {}
         for config in configs:
-            for f in fields(TrialConfig):
-                seen.setdefault(f.name, set()).add(getattr(config, f.name))
+            for name, value in config.to_dict().items():
+                seen.setdefault(name, set()).add(value)
         return sorted(
-            name
-            for name, values in seen.items()
-            if len(values) > 1 and name not in self.parameters and name in PARAMETERS
+            name for name, values in seen.items() if len(values) > 1 and name not in self.parameters
         )
 
     def measurement(self, config: TrialConfig) -> Measurement:

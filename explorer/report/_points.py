@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from explorer.knobs import knob
 from explorer.study import OBJECTIVE, config_of, status_of
 
 if TYPE_CHECKING:
@@ -99,14 +100,9 @@ def points_of(study: optuna.Study) -> list[TrialPoint]:
 
 
 def setting_of(config: TrialConfig) -> str:
-    """The (sharding strategy, checkpointing) setting of a configuration, as a legend label.
-
-    ``single`` for one GPU, ``DDP``, or ``FSDP<version>/<strategy>``; then ``ckpt on|off``.
-    """
-    if config.number_gpus <= 1:
-        strategy = "single"
-    elif config.distributed_backend == "FSDP":
-        strategy = f"FSDP{config.fsdp_version}/{config.fsdp_sharding_strategy}"
-    else:
-        strategy = str(config.distributed_backend)
-    return f"{strategy}, ckpt {'on' if config.gradient_checkpointing else 'off'}"
+    """The (sharding strategy, checkpointing) setting of a configuration, as a legend label: the
+    short forms of the two knobs (``single``, ``DDP`` or ``FSDP<version>/<strategy>``; then
+    ``ckpt on|off``)."""
+    strategy = knob("distributed_backend").short(config)
+    checkpointing = str(knob("gradient_checkpointing").short(config)).replace("=", " ")
+    return f"{strategy}, {checkpointing}"

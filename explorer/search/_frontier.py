@@ -28,7 +28,6 @@ where it stopped.
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from collections.abc import Iterable, Sequence
 
@@ -42,7 +41,7 @@ __all__ = ["frontier_probe", "frontier_stopped", "mode_of"]
 
 def mode_of(c: TrialConfig) -> TrialConfig:
     """``c`` without its batch size: every mode is written with a per-device batch of 1."""
-    return dataclasses.replace(c, batch_size=c.number_gpus)
+    return c.replace(batch_size=c.number_gpus)
 
 
 def frontier_stopped(probes: Sequence[tuple[TrialConfig, str | None]]) -> bool:

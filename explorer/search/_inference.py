@@ -9,7 +9,9 @@ Per-device memory grows monotonically along some axes when everything else is he
 * fewer GPUs when parameters, gradients or optimizer state are sharded (FULL_SHARD, SHARD_GRAD_OP).
 
 ``a`` *dominates* ``b`` when it is at least as hungry along every axis and equal in everything
-else (backend, FSDP version, LoRA rank, optimizer, compile, gradient accumulation, nodes). DDP
+else (backend, FSDP version, LoRA rank, optimizer, compile, gradient accumulation, nodes, and
+any knob whose memory direction is unknown). Each knob declares its direction in
+:mod:`explorer.knobs` (``memory``); this module only combines them. DDP
 and single-process trials replicate the model, so their GPU count does not matter. HYBRID_SHARD is
 compared only with itself. If ``b`` ran out of memory, so will ``a``; the mirror case (``b``
 fitted and dominates ``a``) says that ``a`` fits, which :func:`fits_by_dominance` reports but the
@@ -20,39 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from explorer.knobs import knobs
 from explorer.trial_config import TrialConfig
 
 __all__ = ["fits_by_dominance", "inferred_oom", "memory_dominates"]
 
-_SHARDING = {"FULL_SHARD": 0, "SHARD_GRAD_OP": 1, "NO_SHARD": 2}
-_EQUAL = (
-    "distributed_backend",
-    "fsdp_version",
-    "lora_r",
-    "optim",
-    "torch_compile",
-    "gradient_accumulation_steps",
-    "number_nodes",
-)
-
 
 def memory_dominates(a: TrialConfig, b: TrialConfig) -> bool:
-    """Whether ``a`` needs at least as much memory per device as ``b``."""
-    if any(getattr(a, name) != getattr(b, name) for name in _EQUAL):
-        return False
-    if a.per_device_batch_size < b.per_device_batch_size or a.model_max_length < b.model_max_length:
-        return False
-    if a.gradient_checkpointing and not b.gradient_checkpointing:
-        return False
-    if a.distributed_backend != "FSDP":
-        return True
-    sa, sb = a.fsdp_sharding_strategy or "FULL_SHARD", b.fsdp_sharding_strategy or "FULL_SHARD"
-    if "HYBRID_SHARD" in (sa, sb):
-        return sa == sb and a.number_gpus == b.number_gpus
-    if _SHARDING[sa] < _SHARDING[sb]:
-        return False
-    sharded = _SHARDING[sa] < _SHARDING["NO_SHARD"]
-    return not sharded or a.number_gpus <= b.number_gpus
+    """Whether ``a`` needs at least as much memory per device as ``b``: along every knob's
+    memory direction (:attr:`explorer.knobs.Knob.memory`), ``a`` is at least ``b``."""
+    return all(k.memory_at_least(a, b) for k in knobs())
 
 
 def inferred_oom(config: TrialConfig, ooms: Iterable[tuple[int, TrialConfig]]) -> int | None:

@@ -42,6 +42,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from explorer.knobs import Axis, Knob, knobs
 from explorer.search._frontier import frontier_probe
 from explorer.search._inference import inferred_oom
 from explorer.search._memory_model import MemoryModel
@@ -53,8 +54,6 @@ from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
 __all__ = ["LocalSearch"]
-
-_SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD")
 
 
 @dataclass(kw_only=True)
@@ -193,15 +192,24 @@ class LocalSearch:
             return
         larger = [b for b in batches.values if isinstance(b, int) and b > c.batch_size]
         smaller = [b for b in batches.values if isinstance(b, int) and b < c.batch_size]
-        if "gradient_checkpointing" in domains:
-            for b in larger if not c.gradient_checkpointing else smaller:
-                yield from self._with(
-                    c, {"gradient_checkpointing": not c.gradient_checkpointing, "batch_size": b}
-                )
-        if c.fsdp_sharding_strategy in _SHARDING[1:] and "fsdp_sharding_strategy" in domains:
-            more = _SHARDING[_SHARDING.index(c.fsdp_sharding_strategy) - 1]
+        traded = [k for k in knobs() if k.trade and k.name in domains]
+        for k in sorted(traded, key=lambda k: k.kind != "bool"):  # the flips, then the steps
+            yield from self._trades(c, k, larger, smaller)
+
+    def _trades(
+        self, c: TrialConfig, k: Knob, larger: list[int], smaller: list[int]
+    ) -> Iterator[TrialConfig]:
+        """Memory traded along ``k`` for batch size (see :attr:`explorer.knobs.Knob.trade`)."""
+        value = getattr(c, k.name)
+        if k.kind == "bool":
+            saving = isinstance(k.memory, Axis) and k.memory.kind == "decreasing"
+            for b in larger if value != saving else smaller:
+                yield from self._with(c, {k.name: not value, "batch_size": b})
+            return
+        less = k.trade.step_down(value) if isinstance(k.trade, Axis) else None
+        if less is not None:
             for b in larger:
-                yield from self._with(c, {"fsdp_sharding_strategy": more, "batch_size": b})
+                yield from self._with(c, {k.name: less, "batch_size": b})
 
     def _with(self, c: TrialConfig, changes: dict[str, Value]) -> Iterator[TrialConfig]:
         """``c`` with ``changes``; parameters that become active take each of their values."""
@@ -263,12 +271,10 @@ class _AdditiveModel:
 
 
 def _features(c: TrialConfig) -> list[tuple[str, object]]:
-    return [
-        ("number_gpus", c.number_gpus),
-        ("per_device_batch", c.per_device_batch_size),
-        ("backend", (c.distributed_backend, c.fsdp_version, c.fsdp_sharding_strategy)),
-        ("checkpointing", c.gradient_checkpointing),
-        ("model_max_length", c.model_max_length),
-        ("lora_r", c.lora_r),
-        ("compile", c.torch_compile),
-    ]
+    """The additive model's features: one per knob that declares one (knobs naming the same
+    feature, the backend and its FSDP settings, make one tuple)."""
+    grouped: dict[str, list[object]] = {}
+    for k in knobs():
+        if k.feature is not None:
+            grouped.setdefault(k.feature or k.name, []).append(k.compared(c))
+    return [(name, values[0] if len(values) == 1 else tuple(values)) for name, values in grouped.items()]

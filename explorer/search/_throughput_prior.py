@@ -10,7 +10,8 @@ expected at least as fast per GPU as ``b`` when it has:
   (each step down adds a gather of the parameters). HYBRID_SHARD is compared only with itself.
 
 These are the memory axes of :mod:`explorer.search._inference` turned around: what saves memory
-costs time. The batch size is not an axis: a larger per-device batch is usually, not always,
+costs time. Each knob declares its role in :mod:`explorer.knobs` (``speed``; a knob without one
+is compared only at the same value); this module only combines them. The batch size is not an axis: a larger per-device batch is usually, not always,
 faster (on the CPU table batch 32 is slower than 16 and 64).
 
 Local search uses it as a ceiling: a neighbour that a measured configuration dominates cannot be
@@ -24,37 +25,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from explorer.knobs import Axis, knobs
 from explorer.trial_config import TrialConfig
 
 __all__ = ["Ceilings", "throughput_dominates"]
 
-_EQUAL = ("model_max_length", "lora_r", "optim", "torch_compile", "gradient_accumulation_steps")
-_SHARDING = {"FULL_SHARD": 0, "SHARD_GRAD_OP": 1, "NO_SHARD": 2}
-
 
 def _group(c: TrialConfig) -> tuple[object, ...]:
-    """What two configurations must share to be compared."""
-    return (c.per_device_batch_size, *(getattr(c, name) for name in _EQUAL))
+    """What two configurations must share to be compared: every knob without a speed order."""
+    return tuple(k.compared(c) for k in knobs() if k.speed == Axis())
 
 
 def throughput_dominates(a: TrialConfig, b: TrialConfig) -> bool:
-    """Whether ``a`` is expected at least as fast per GPU as ``b`` (see the module docstring)."""
-    if _group(a) != _group(b):
-        return False
-    if a.gradient_checkpointing and not b.gradient_checkpointing:
-        return False
-    if a.number_gpus > b.number_gpus or a.number_nodes > b.number_nodes:
-        return False
-    if a.number_gpus == 1:
-        return True
-    if a.distributed_backend != b.distributed_backend or a.fsdp_version != b.fsdp_version:
-        return False
-    if a.distributed_backend != "FSDP":
-        return True
-    sa, sb = a.fsdp_sharding_strategy or "FULL_SHARD", b.fsdp_sharding_strategy or "FULL_SHARD"
-    if "HYBRID_SHARD" in (sa, sb):
-        return sa == sb
-    return _SHARDING[sa] >= _SHARDING[sb]
+    """Whether ``a`` is expected at least as fast per GPU as ``b``: along every knob's speed
+    role (:attr:`explorer.knobs.Knob.speed`), ``a`` is at least ``b``."""
+    return all(k.speed_at_least(a, b) for k in knobs())
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Search spaces: parameter domains and the conditional structure of the tuning knobs."""
 
 from explorer.space._domain import Categorical, Domain, Fixed, Ordered, parse_domain
-from explorer.space._space import PARAMETERS, SearchSpace
+from explorer.space._space import SearchSpace, facts_of
 
-__all__ = ["PARAMETERS", "Categorical", "Domain", "Fixed", "Ordered", "SearchSpace", "parse_domain"]
+__all__ = ["Categorical", "Domain", "Fixed", "Ordered", "SearchSpace", "facts_of", "parse_domain"]

@@ -1,6 +1,7 @@
-"""The typed study file (``studies/*.yaml``) and its loader."""
+"""The typed study file (``studies/*.yaml``): pydantic models and the safe YAML reader. A leaf:
+:mod:`explorer.study_file` resolves a study against the space, the launchers and the table."""
 
-from explorer.spec._load import LoadedStudy, load_study, read_yaml
+from explorer.spec._load import LoadedStudy, read_yaml
 from explorer.spec._models import (
     FAULT_KINDS,
     DatasetSpec,
@@ -32,6 +33,5 @@ __all__ = [
     "SamplerSpec",
     "StudySpec",
     "WorkloadSpec",
-    "load_study",
     "read_yaml",
 ]

@@ -1,4 +1,6 @@
-"""Load a study file once into typed objects; every problem becomes one :class:`SpecError` line."""
+"""Read a study file into typed objects, and check what it points to (model, dataset, storage);
+every problem becomes one :class:`SpecError` line. Resolving it against the search space, the
+launchers and the replay table is :mod:`explorer.study_file`'s."""
 
 from __future__ import annotations
 
@@ -19,17 +21,25 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from explorer.errors import SpecError
+from explorer.errors import SpecError, did_you_mean
 from explorer.paths import default_output_dir
 from explorer.secrets import mask_url
 from explorer.spec._models import StudySpec
-from explorer.spec._ray_address import check_ray_address
 
 if TYPE_CHECKING:
     from explorer.launch import ReplayTable
     from explorer.space import SearchSpace
 
-__all__ = ["LoadedStudy", "load_study", "read_yaml"]
+__all__ = [
+    "LoadedStudy",
+    "dataset_path_of",
+    "model_path_of",
+    "read_yaml",
+    "resolve_path",
+    "space_source",
+    "storage_and_run_folder",
+    "study_spec",
+]
 
 MAX_YAML_BYTES = 1 << 20
 MAX_YAML_DEPTH = 32
@@ -135,8 +145,6 @@ def _pydantic_error(file: str, exc: ValidationError) -> SpecError:
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        from explorer.space._space import did_you_mean
-
         msg = "unknown key" + did_you_mean(loc[-1], _keys_at(loc[:-1])) if loc else "unknown key"
     elif err["type"] == "missing":
         msg = "required field is missing"
@@ -185,7 +193,8 @@ class LoadedStudy:
     """The recorded table (read and checked once, here), for ``launcher.kind: replay``."""
 
 
-def _resolve(base: Path, p: str) -> Path:
+def resolve_path(base: Path, p: str) -> Path:
+    """``p`` (``~`` expanded) relative to ``base`` unless absolute."""
     path = Path(os.path.expanduser(p))
     return path if path.is_absolute() else (base / path).resolve()
 
@@ -194,34 +203,20 @@ def _default_storage(base: Path, name: str) -> str:
     return f"sqlite:///{(base / f'{name}.db').resolve()}"
 
 
-def load_study(
-    path: str | Path,
+def study_spec(
+    file: Path,
     *,
     storage: str | None = None,
     n_trials: int | None = None,
     replay_table: str | Path | None = None,
-    check_model: bool = True,
-    check_launcher: bool | None = None,
-) -> LoadedStudy:
-    """Read and validate a study file and everything it points to.
-
-    Nothing is written anywhere. Command-line overrides are applied and validated too.
-
-    Args:
-        check_model: build the model architecture's transformers config to check it (imports
-            transformers, about 2.5 s); the commands that only read a stored study skip it.
-        check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
-            with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
-            only read a stored study do not need the cluster).
+) -> tuple[StudySpec, object]:
+    """The typed study file, with the command line's overrides; and the file's own ``storage``
+    value (before ``--storage``).
 
     Raises:
         SpecError: the first problem found, naming the file and the field.
     """
-    from explorer.space import SearchSpace
-    from explorer.validity import invalid_reason
-
-    file = Path(path)
-    label = str(path)
+    label = str(file)
     raw = read_yaml(file, label=label)
     if not isinstance(raw, dict):
         raise SpecError(file=label, field="", problem="a study file must be a YAML mapping")
@@ -243,130 +238,81 @@ def load_study(
         )
         raw = {**raw, "launcher": {**keep, "kind": "replay", "table": str(Path(replay_table).resolve())}}
     try:
-        spec = StudySpec.model_validate(raw)
+        return StudySpec.model_validate(raw), file_storage
     except ValidationError as exc:
         raise _pydantic_error(label, exc) from None
-    base = file.resolve().parent
 
-    # Search space: a file next to the study, or inline.
-    if isinstance(spec.search_space, str):
-        space_file = _resolve(base, spec.search_space)
-        space_label = (
-            spec.search_space
-            if Path(spec.search_space).is_absolute()
-            else str(Path(label).parent / spec.search_space)
-        )
-        if not space_file.is_file():
-            raise SpecError(file=label, field="search_space", problem=f"file {space_label} does not exist")
-        space_raw = read_yaml(space_file, label=space_label)
-    else:
-        space_label, space_raw = f"{label} (search_space)", spec.search_space
-    space = SearchSpace.from_raw(
-        space_raw, file=space_label, workload=spec.workload, check_transformers=check_model
+
+def space_source(spec: StudySpec, label: str, base: Path) -> tuple[str, Any]:
+    """Where the search space is written (a label for errors) and its raw mapping: a file next
+    to the study, or inline."""
+    if not isinstance(spec.search_space, str):
+        return f"{label} (search_space)", spec.search_space
+    space_file = resolve_path(base, spec.search_space)
+    space_label = (
+        spec.search_space
+        if Path(spec.search_space).is_absolute()
+        else str(Path(label).parent / spec.search_space)
     )
+    if not space_file.is_file():
+        raise SpecError(file=label, field="search_space", problem=f"file {space_label} does not exist")
+    return space_label, read_yaml(space_file, label=space_label)
 
-    # Model and dataset.
+
+def model_path_of(spec: StudySpec, label: str, base: Path, *, check_model: bool) -> str | None:
+    """The model's local folder or hub id (``None``: built from its architecture, checked here
+    when ``check_model``)."""
     model = spec.workload.model
-    model_path: str | None = None
-    if model.path is not None:
-        local = _resolve(base, model.path)
-        if local.is_dir():
-            if not (local / "config.json").is_file():
-                raise SpecError(
-                    file=label,
-                    field="workload.model.path",
-                    problem=f"{model.path} has no config.json: not a transformers model folder",
-                )
-            model_path = str(local)
-        elif local.exists():
-            raise SpecError(
-                file=label,
-                field="workload.model.path",
-                problem=f"{model.path} is a file; give the model's folder (with config.json) or a hub id",
-            )
-        elif model.is_hub_id:
-            model_path = model.path
-        else:
-            raise SpecError(file=label, field="workload.model.path", problem=f"{model.path} does not exist")
-    else:
+    field = "workload.model.path"
+    if model.path is None:
         if check_model:
             _check_architecture(label, model.architecture or {})
-    dataset_path: Path | None = None
-    if spec.workload.dataset.kind == "jsonl":
-        dataset_path = _resolve(base, spec.workload.dataset.path or "")
-        if not dataset_path.is_file():
+        return None
+    local = resolve_path(base, model.path)
+    if local.is_dir():
+        if not (local / "config.json").is_file():
             raise SpecError(
                 file=label,
-                field="workload.dataset.path",
-                problem=f"{spec.workload.dataset.path} "
-                + ("is a folder; give a JSONL file" if dataset_path.is_dir() else "does not exist"),
+                field=field,
+                problem=f"{model.path} has no config.json: not a transformers model folder",
             )
-
-    # Every configuration invalid? Then no study is worth starting.
-    reasons: dict[str, int] = {}
-    for i, config in enumerate(space.enumerate()):
-        reason = invalid_reason(config, spec.resources)
-        if reason is None:
-            break
-        key = reason.split(" ")[0] + " ..." if len(reasons) > 3 else reason
-        reasons[key] = reasons.get(key, 0) + 1
-        if i > 200_000:
-            break
-    else:
-        example = next(iter(reasons), "the space is empty")
-        raise SpecError(
-            file=space_label,
-            field="parameters",
-            problem=f"every configuration is invalid on these resources (e.g. {example})",
-        )
-
-    table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
-    storage_url = _check_storage_url(label, spec.storage, base, spec.name, storage is not None)
-    if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
-        check_ray_address(spec.launcher.address, file=label)
-    output_dir = (
-        _resolve(base, spec.output_dir)
-        if spec.output_dir
-        else default_output_dir(
-            base, spec.name, storage_url, _file_storage(label, file_storage, base, spec.name)
-        )
-    )
-    return LoadedStudy(
-        spec=spec,
-        space=space,
-        file=file,
-        storage_url=storage_url,
-        output_dir=output_dir,
-        model_path=model_path,
-        dataset_path=dataset_path,
-        replay_table=table,
-    )
-
-
-def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> ReplayTable:
-    """The replay table, once it is readable, has rows for the study and a column for every
-    parameter the search space varies."""
-    import itertools
-
-    from explorer.launch._replay import ReplayTable
-    from explorer.launch._select import replay_selection
-
-    path = _resolve(base, spec.launcher.table or "")
-    if not path.is_file():
-        raise SpecError(file=label, field="launcher.table", problem=f"{spec.launcher.table} does not exist")
-    try:
-        table = ReplayTable.read(path, **replay_selection(spec))
-    except SpecError as exc:  # name the study file and the field, as every other problem does
-        where = path.name if exc.field == "launcher.table" else f"{path.name} {exc.field}"
-        raise SpecError(file=label, field="launcher.table", problem=f"{where}: {exc.problem}") from None
-    missing = table.missing_columns(itertools.islice(space.enumerate(), 200_000))
-    if missing:
+        return str(local)
+    if local.exists():
         raise SpecError(
             file=label,
-            field="launcher.table",
-            problem=f"{path.name} has no column for the varied parameter(s) {', '.join(missing)}",
+            field=field,
+            problem=f"{model.path} is a file; give the model's folder (with config.json) or a hub id",
         )
-    return table
+    if model.is_hub_id:
+        return model.path
+    raise SpecError(file=label, field=field, problem=f"{model.path} does not exist")
+
+
+def dataset_path_of(spec: StudySpec, label: str, base: Path) -> Path | None:
+    """The JSONL file of a ``jsonl`` dataset (``None`` for synthetic data)."""
+    if spec.workload.dataset.kind != "jsonl":
+        return None
+    path = resolve_path(base, spec.workload.dataset.path or "")
+    if not path.is_file():
+        raise SpecError(
+            file=label,
+            field="workload.dataset.path",
+            problem=f"{spec.workload.dataset.path} "
+            + ("is a folder; give a JSONL file" if path.is_dir() else "does not exist"),
+        )
+    return path
+
+
+def storage_and_run_folder(
+    spec: StudySpec, label: str, base: Path, *, file_storage: object, from_cli: bool
+) -> tuple[str, Path]:
+    """The resolved storage URL and the run folder (the study file's ``output_dir``, else one
+    folder per storage, :func:`explorer.paths.default_output_dir`)."""
+    storage_url = _check_storage_url(label, spec.storage, base, spec.name, from_cli)
+    if spec.output_dir:
+        return storage_url, resolve_path(base, spec.output_dir)
+    own = _file_storage(label, file_storage, base, spec.name)
+    return storage_url, default_output_dir(base, spec.name, storage_url, own)
 
 
 ARCH = "workload.model.architecture"
@@ -446,8 +392,6 @@ def _check_architecture(label: str, arch: dict[str, Any]) -> None:
     defaults warn about), and key-value heads that do not divide the attention heads."""
     from transformers import CONFIG_MAPPING
     from transformers.activations import ACT2FN
-
-    from explorer.space._space import did_you_mean
 
     model_type = arch.get("model_type")
     if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from explorer.knobs import knobs
 from explorer.measurement import Measurement, Outcome
 from explorer.study._objectives import best_feasible, objective_value
 from explorer.trial_config import TrialConfig
@@ -15,25 +16,8 @@ __all__ = ["better", "describe", "progress_line", "short", "stored_best"]
 
 
 def describe(config: TrialConfig) -> str:
-    """A short human-readable form of a configuration."""
-    backend: str = config.distributed_backend
-    if backend == "FSDP":
-        backend = f"FSDP{config.fsdp_version}/{config.fsdp_sharding_strategy}"
-    parts = [
-        f"bs={config.batch_size}",
-        f"gpus={config.number_gpus}",
-        *([f"nodes={config.number_nodes}"] if config.number_nodes > 1 else []),
-        backend if config.number_gpus > 1 else "single",
-        f"ckpt={'on' if config.gradient_checkpointing else 'off'}",
-        f"len={config.model_max_length}",
-    ]
-    if config.gradient_accumulation_steps != 1:
-        parts.append(f"ga={config.gradient_accumulation_steps}")
-    if config.lora_r is not None:
-        parts.append(f"lora_r={config.lora_r}")
-    if config.torch_compile:
-        parts.append("compile")
-    return " ".join(parts)
+    """A short human-readable form of a configuration: each knob's label (:mod:`explorer.knobs`)."""
+    return " ".join(part for k in knobs() if (part := k.short(config)) is not None)
 
 
 def short(text: str, limit: int = 110) -> str:

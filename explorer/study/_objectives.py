@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from explorer.measurement import Properties
+from explorer.study._attrs import answered_without_running, status_of
 
 if TYPE_CHECKING:
     import optuna
@@ -67,8 +68,6 @@ def trial_values(study: optuna.Study, properties: Properties | None, *, number_g
 
 def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     """The feasible trial with the highest first objective (``None``: no feasible trial yet)."""
-    from explorer.study._record import status_of
-
     ok = [
         t for t in study.get_trials(deepcopy=False) if status_of(t) == "ok" and objective_value(t) is not None
     ]
@@ -78,7 +77,5 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
 def pareto_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """The feasible trials on the Pareto front, each configuration once (repeats answered from
     another trial are left out), highest first objective first."""
-    from explorer.study._record import answered_without_running, status_of
-
     front = [t for t in study.best_trials if status_of(t) == "ok" and not answered_without_running(t)]
     return sorted(front, key=lambda t: (-(objective_value(t) or 0.0), t.number))

@@ -26,8 +26,9 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Measurement, Outcome
+from explorer.study._attrs import answered_without_running, status_of
 from explorer.study._objectives import INFEASIBLE_PLACEHOLDER, OBJECTIVE, trial_values
-from explorer.trial_config import TrialConfig
+from explorer.trial_config import TrialConfig, field_names
 
 if TYPE_CHECKING:
     import optuna
@@ -59,23 +60,9 @@ REUSED_ATTRS = ("status", "is_valid", "error", OBJECTIVE, "peak_memory_gib", "mf
 """What a reused answer copies from the trial that measured it (besides value and constraint)."""
 
 
-def status_of(trial: optuna.trial.FrozenTrial) -> str | None:
-    status = trial.user_attrs.get("status")
-    return str(status) if status is not None else None
-
-
 def frozen(study: optuna.Study, trial: optuna.Trial) -> optuna.trial.FrozenTrial:
     """The stored state of a live trial (one storage read, not the whole study)."""
     return study._storage.get_trial(trial._trial_id)
-
-
-def answered_without_running(trial: optuna.trial.FrozenTrial) -> bool:
-    """Reused within the study or inferred: a free answer, which does not count.
-
-    An answer from the measurement store is not one of these: it counts, as the study's first
-    answer for its configuration (see the module docstring).
-    """
-    return "reused_from" in trial.user_attrs or "inferred_from" in trial.user_attrs
 
 
 def counts(trial: optuna.trial.FrozenTrial) -> bool:
@@ -184,9 +171,7 @@ def _dialect_insert(dialect: str) -> Any:
 
 def config_of(trial: optuna.trial.FrozenTrial) -> TrialConfig:
     """The configuration a trial ran (from the user_attrs :func:`record_driver` wrote)."""
-    import dataclasses
-
-    names = [f.name for f in dataclasses.fields(TrialConfig)]
+    names = field_names()
     return TrialConfig.from_dict({n: trial.user_attrs[n] for n in names if n in trial.user_attrs})
 
 

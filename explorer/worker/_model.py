@@ -29,6 +29,7 @@ def build_model(
     lora_r: int | None,
     method: MethodSpec,
     init_device: torch.device | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Any:
     """A causal LM in float32 (mixed precision, if any, is applied by the Trainer).
 
@@ -36,18 +37,20 @@ def build_model(
         init_device: build random weights directly there (a GPU initialises a few hundred million
             parameters in milliseconds, a CPU takes seconds); ``None``: on the CPU, where FSDP wants
             the model before it shards it.
+        options: more keywords of ``from_pretrained``/``from_config``: the knobs that declare a
+            ``model_kwarg`` (:func:`explorer.knobs.run_options`).
     """
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     if spec.weights == "pretrained":
         model: Any = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+            str(path), dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **(options or {})
         )
     else:
         with torch.device(init_device or "cpu"):
             model = AutoModelForCausalLM.from_config(
-                config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code
+                config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **(options or {})
             )
     if lora_r is not None:
         from peft import LoraConfig, get_peft_model

@@ -22,6 +22,7 @@ import torch
 from explorer.fault import WORKER_FAULTS
 from explorer.flops import FlopModel, peak_flops_for
 from explorer.job import TrialJob
+from explorer.knobs import run_options
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.trial_config import TrialConfig
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
@@ -131,8 +132,6 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
         learning_rate=1e-5,
         weight_decay=0.0,
         lr_scheduler_type="constant",
-        optim=c.optim,
-        torch_compile=c.torch_compile,
         train_sampling_strategy="sequential",
         dataloader_num_workers=0,
         save_strategy="no",
@@ -140,6 +139,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
         report_to="none",
         disable_tqdm=True,
         seed=0,
+        **run_options(c, "training_args"),
         **kwargs,
     )
 
@@ -169,6 +169,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             method=job.workload.method,
             # every rank holds the whole model anyway (one process or DDP): build it on the GPU
             init_device=device if device.type == "cuda" and c.distributed_backend != "FSDP" else None,
+            options=run_options(c, "model_kwarg"),
         )
         PHASES.mark("model_built")
         flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights

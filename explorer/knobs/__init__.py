@@ -1,0 +1,35 @@
+"""The knobs a study tunes, each declared once (:mod:`explorer.knobs._registry`), and what a knob
+is (:class:`Knob`). Everything that lists parameters derives from here."""
+
+from explorer.knobs._knob import Axis, Condition, Knob, Value, any_value, did_you_mean, one_of, positive
+from explorer.knobs._registry import (
+    BACKENDS,
+    FSDP_SHARDING_STRATEGIES,
+    FSDP_VERSIONS,
+    SHARDING,
+    asking_order,
+    knob,
+    knobs,
+    register,
+    run_options,
+)
+
+__all__ = [
+    "Axis",
+    "BACKENDS",
+    "Condition",
+    "FSDP_SHARDING_STRATEGIES",
+    "FSDP_VERSIONS",
+    "Knob",
+    "SHARDING",
+    "Value",
+    "any_value",
+    "asking_order",
+    "did_you_mean",
+    "knob",
+    "knobs",
+    "one_of",
+    "positive",
+    "register",
+    "run_options",
+]

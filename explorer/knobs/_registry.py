@@ -1,0 +1,296 @@
+"""The knobs: every tunable field of a trial's configuration, declared once, here.
+
+The search space, its validation, ``explorer measure --set``, the replay table's columns, OOM
+inference, the throughput prior, local search, the progress lines, status, report and export, and
+the worker's ``TrainingArguments`` all derive from these declarations. To add a knob, declare it
+in :data:`KNOBS` (and, if the run needs more than a ``TrainingArguments`` keyword or a model
+option, map it in ``explorer/worker/_train.py``); see ``docs/architecture.md``.
+
+The order is the reading order of a configuration (progress lines, ``describe``); the knobs that
+shape the job (``asked_first``) are asked first, then the others in this order, so that the
+sampler's draws stay those of earlier versions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from explorer.errors import did_you_mean
+from explorer.knobs._knob import Axis, Condition, Knob, any_value, one_of, positive
+
+if TYPE_CHECKING:
+    from explorer.trial_config import TrialConfig
+
+__all__ = [
+    "BACKENDS",
+    "FSDP_SHARDING_STRATEGIES",
+    "FSDP_VERSIONS",
+    "KNOBS",
+    "SHARDING",
+    "asking_order",
+    "knob",
+    "knobs",
+    "register",
+    "run_options",
+]
+
+BACKENDS: tuple[str, ...] = ("DDP", "FSDP")
+FSDP_SHARDING_STRATEGIES: tuple[str, ...] = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
+FSDP_VERSIONS: tuple[int, ...] = (1, 2)
+SHARDING = Axis("ordered", ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"))
+"""The sharding strategies by memory per device, least first (each step up gathers more);
+HYBRID_SHARD is compared only with itself. By speed the order is the same: less sharding, fewer
+gathers."""
+
+MULTI_GPU = Condition(
+    parent="number_gpus",
+    test=lambda n: n is not None and n > 1,
+    needs="number_gpus > 1",
+    never="number_gpus is only 1",
+    may="number_gpus can exceed 1",
+)
+FSDP = Condition(
+    parent="distributed_backend",
+    test=lambda b: b == "FSDP",
+    needs="distributed_backend FSDP",
+    never="distributed_backend is never FSDP",
+    may="distributed_backend can be FSDP",
+)
+LORA = Condition(
+    parent="method",
+    test=lambda m: m == "lora",
+    needs="the workload's method lora",
+    never="the workload's method is not lora",
+    may="the workload's method is lora",
+)
+
+
+def _strategy(c: TrialConfig) -> str:
+    return str(c.fsdp_sharding_strategy or "FULL_SHARD")
+
+
+def _gpus_memory(a: TrialConfig, b: TrialConfig) -> bool:
+    """Fewer GPUs need more memory only where parameters, gradients or optimizer state are
+    sharded over them; DDP and one process replicate the model; HYBRID_SHARD: the same count."""
+    if a.distributed_backend != "FSDP":
+        return True
+    if "HYBRID_SHARD" in (_strategy(a), _strategy(b)):
+        return bool(a.number_gpus == b.number_gpus)
+    return _strategy(a) == "NO_SHARD" or a.number_gpus <= b.number_gpus
+
+
+def _sharding_memory(a: TrialConfig, b: TrialConfig) -> bool:
+    return a.distributed_backend != "FSDP" or SHARDING.at_least(_strategy(a), _strategy(b))
+
+
+def _single_or_equal(name: str) -> Any:
+    """Speed: one GPU beats any backend; otherwise only the same value compares."""
+    return lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name)
+
+
+def _sharding_speed(a: TrialConfig, b: TrialConfig) -> bool:
+    if a.number_gpus == 1 or a.distributed_backend != "FSDP":
+        return True
+    return SHARDING.at_least(_strategy(a), _strategy(b))
+
+
+def _backend_label(value: str, c: TrialConfig) -> str:
+    if c.number_gpus <= 1:
+        return "single"
+    return f"FSDP{c.fsdp_version}/{c.fsdp_sharding_strategy}" if value == "FSDP" else value
+
+
+def _optimizer(v: Any) -> str | None:
+    from transformers.training_args import OptimizerNames
+
+    known = [o.value for o in OptimizerNames]
+    if v in known:
+        return None
+    return f"{v!r} is not a transformers optimizer (TrainingArguments.optim){did_you_mean(str(v), known)}"
+
+
+_DECLARED = (
+    Knob(
+        name="batch_size",
+        kind="int",
+        required=True,
+        check=positive,
+        doc="global batch per optimizer micro-step, spread evenly over the GPUs",
+        compare_as=lambda c: c.per_device_batch_size,
+        memory=Axis("increasing"),
+        feature="per_device_batch",
+        label=lambda v, c: f"bs={v}",
+    ),
+    Knob(
+        name="number_gpus",
+        kind="int",
+        required=True,
+        check=positive,
+        asked_first=True,
+        doc="GPUs (processes) per trial",
+        memory=_gpus_memory,
+        speed=Axis("decreasing"),
+        label=lambda v, c: f"gpus={v}",
+    ),
+    Knob(
+        name="number_nodes",
+        kind="int",
+        default=1,
+        check=positive,
+        when=MULTI_GPU,
+        inactive=1,
+        asked_first=True,
+        doc="nodes the GPUs are spread over (only when number_gpus > 1)",
+        speed=Axis("decreasing"),
+        feature=None,
+        label=lambda v, c: f"nodes={v}" if v > 1 else None,
+    ),
+    Knob(
+        name="distributed_backend",
+        kind="str",
+        required=True,
+        measure_default="DDP",
+        check=one_of(BACKENDS),
+        when=MULTI_GPU,
+        inactive="NONE",
+        asked_first=True,
+        doc="DDP or FSDP (only when number_gpus > 1)",
+        speed=_single_or_equal("distributed_backend"),
+        feature="backend",
+        label=_backend_label,
+    ),
+    Knob(
+        name="fsdp_version",
+        required=True,
+        kind="int",
+        measure_default=2,
+        check=one_of(FSDP_VERSIONS),
+        when=FSDP,
+        doc="1 (FullyShardedDataParallel) or 2 (fully_shard) (only with FSDP)",
+        speed=_single_or_equal("fsdp_version"),
+        feature="backend",
+        label=lambda v, c: None,
+    ),
+    Knob(
+        name="fsdp_sharding_strategy",
+        required=True,
+        kind="str",
+        measure_default="FULL_SHARD",
+        check=one_of(FSDP_SHARDING_STRATEGIES),
+        when=FSDP,
+        doc="FSDP sharding strategy: FULL_SHARD, SHARD_GRAD_OP, HYBRID_SHARD or NO_SHARD (only with FSDP)",
+        memory=_sharding_memory,
+        speed=_sharding_speed,
+        trade=SHARDING,
+        feature="backend",
+        label=lambda v, c: None,
+    ),
+    Knob(
+        name="gradient_checkpointing",
+        kind="bool",
+        required=True,
+        measure_default=False,
+        doc="activation checkpointing of every decoder layer",
+        memory=Axis("decreasing"),
+        speed=Axis("decreasing"),
+        trade=True,
+        feature="checkpointing",
+        label=lambda v, c: f"ckpt={'on' if v else 'off'}",
+    ),
+    Knob(
+        name="model_max_length",
+        kind="int",
+        required=True,
+        default_from=lambda workload: workload.model_max_length,
+        check=positive,
+        doc="sequence length: truncated and padded to it (default: the workload's)",
+        memory=Axis("increasing"),
+        label=lambda v, c: f"len={v}",
+    ),
+    Knob(
+        name="gradient_accumulation_steps",
+        kind="int",
+        default=1,
+        check=positive,
+        doc="micro-steps per optimizer step",
+        feature=None,
+        label=lambda v, c: f"ga={v}" if v != 1 else None,
+    ),
+    Knob(
+        name="lora_r",
+        kind="int",
+        default_from=lambda workload: workload.method.r,
+        check=positive,
+        when=LORA,
+        doc="LoRA rank (LoRA workloads only; default: the workload's)",
+    ),
+    Knob(
+        name="optim",
+        kind="str",
+        default="adamw_torch",
+        check=any_value,
+        check_transformers=_optimizer,
+        doc="TrainingArguments.optim",
+        feature=None,
+        label=lambda v, c: None,
+        training_args="optim",
+    ),
+    Knob(
+        name="torch_compile",
+        kind="bool",
+        default=False,
+        doc="torch.compile the model",
+        feature="compile",
+        label=lambda v, c: "compile" if v else None,
+        training_args="torch_compile",
+    ),
+)
+
+KNOBS: dict[str, Knob] = {k.name: k for k in _DECLARED}
+"""Every knob by name, in registry order. Read it through :func:`knobs`; add to it with
+:func:`register` (a test's or a plugin's knob), never by assignment."""
+
+
+def knobs() -> tuple[Knob, ...]:
+    """Every knob, in registry order."""
+    return tuple(KNOBS.values())
+
+
+def knob(name: str) -> Knob:
+    """The knob called ``name`` (``KeyError``: none)."""
+    return KNOBS[name]
+
+
+def asking_order() -> tuple[Knob, ...]:
+    """The order in which a sampler is asked: the knobs that shape the job first."""
+    return tuple(k for k in knobs() if k.asked_first) + tuple(k for k in knobs() if not k.asked_first)
+
+
+def run_options(config: TrialConfig, target: Literal["training_args", "model_kwarg"]) -> dict[str, Any]:
+    """The keywords the knobs hand to the run: ``{keyword: value}`` of every knob that declares
+    one for ``target`` (``TrainingArguments`` or the model's constructor) and has a value."""
+    out: dict[str, Any] = {}
+    for k in knobs():
+        keyword = getattr(k, target)
+        value = getattr(config, k.name, None)
+        if keyword is not None and value is not None:
+            out[keyword] = value
+    return out
+
+
+@contextmanager
+def register(*new: Knob) -> Iterator[None]:
+    """Add knobs for the length of a ``with`` block (tests, plugins); removed again after it."""
+    for k in new:
+        if k.name in KNOBS:
+            raise ValueError(f"knob {k.name!r} is declared already")
+        if k.when is not None and k.when.parent in {n.name for n in new} - set(KNOBS):
+            raise ValueError(f"knob {k.name!r}: its condition's parent comes after it")
+    KNOBS.update({k.name: k for k in new})
+    try:
+        yield
+    finally:
+        for k in new:
+            KNOBS.pop(k.name, None)

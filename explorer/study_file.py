@@ -1,0 +1,122 @@
+"""Load a study file: the typed spec (:mod:`explorer.spec`) resolved against the search space
+(:mod:`explorer.space`), the resources (:mod:`explorer.validity`), the replay table and the Ray
+cluster (:mod:`explorer.launch`). Nothing is written anywhere.
+
+This sits above those packages so that :mod:`explorer.spec` stays a leaf: the pydantic models
+and the safe YAML reader, importing nothing of explorer's but errors, paths and secrets.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from explorer.errors import SpecError
+from explorer.launch import ReplayTable
+from explorer.launch._select import replay_selection
+from explorer.space import SearchSpace
+from explorer.spec import LoadedStudy, StudySpec
+from explorer.spec._load import (
+    dataset_path_of,
+    model_path_of,
+    resolve_path,
+    space_source,
+    storage_and_run_folder,
+    study_spec,
+)
+from explorer.spec._ray_address import check_ray_address
+from explorer.validity import invalid_reason
+
+__all__ = ["load_study"]
+
+
+def load_study(
+    path: str | Path,
+    *,
+    storage: str | None = None,
+    n_trials: int | None = None,
+    replay_table: str | Path | None = None,
+    check_model: bool = True,
+    check_launcher: bool | None = None,
+) -> LoadedStudy:
+    """Read and validate a study file and everything it points to.
+
+    Nothing is written anywhere. Command-line overrides are applied and validated too.
+
+    Args:
+        check_model: build the model architecture's transformers config to check it (imports
+            transformers, about 2.5 s); the commands that only read a stored study skip it.
+        check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
+            with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
+            only read a stored study do not need the cluster).
+
+    Raises:
+        SpecError: the first problem found, naming the file and the field.
+    """
+    file = Path(path)
+    label = str(path)
+    spec, file_storage = study_spec(file, storage=storage, n_trials=n_trials, replay_table=replay_table)
+    base = file.resolve().parent
+    space_label, space_raw = space_source(spec, label, base)
+    space = SearchSpace.from_raw(
+        space_raw, file=space_label, workload=spec.workload, check_transformers=check_model
+    )
+    model_path = model_path_of(spec, label, base, check_model=check_model)
+    dataset_path = dataset_path_of(spec, label, base)
+    _refuse_all_invalid(spec, space, space_label)
+    table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
+    if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
+        check_ray_address(spec.launcher.address, file=label)
+    storage_url, output_dir = storage_and_run_folder(
+        spec, label, base, file_storage=file_storage, from_cli=storage is not None
+    )
+    return LoadedStudy(
+        spec=spec,
+        space=space,
+        file=file,
+        storage_url=storage_url,
+        output_dir=output_dir,
+        model_path=model_path,
+        dataset_path=dataset_path,
+        replay_table=table,
+    )
+
+
+def _refuse_all_invalid(spec: StudySpec, space: SearchSpace, space_label: str) -> None:
+    """Every configuration invalid on the resources? Then no study is worth starting."""
+    reasons: dict[str, int] = {}
+    for i, config in enumerate(space.enumerate()):
+        reason = invalid_reason(config, spec.resources)
+        if reason is None:
+            return
+        key = reason.split(" ")[0] + " ..." if len(reasons) > 3 else reason
+        reasons[key] = reasons.get(key, 0) + 1
+        if i > 200_000:
+            return
+    example = next(iter(reasons), "the space is empty")
+    raise SpecError(
+        file=space_label,
+        field="parameters",
+        problem=f"every configuration is invalid on these resources (e.g. {example})",
+    )
+
+
+def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> ReplayTable:
+    """The replay table, once it is readable, has rows for the study and a column for every
+    parameter the search space varies."""
+    path = resolve_path(base, spec.launcher.table or "")
+    if not path.is_file():
+        raise SpecError(file=label, field="launcher.table", problem=f"{spec.launcher.table} does not exist")
+    try:
+        table = ReplayTable.read(path, **replay_selection(spec))
+    except SpecError as exc:  # name the study file and the field, as every other problem does
+        where = path.name if exc.field == "launcher.table" else f"{path.name} {exc.field}"
+        raise SpecError(file=label, field="launcher.table", problem=f"{where}: {exc.problem}") from None
+    missing = table.missing_columns(itertools.islice(space.enumerate(), 200_000))
+    if missing:
+        raise SpecError(
+            file=label,
+            field="launcher.table",
+            problem=f"{path.name} has no column for the varied parameter(s) {', '.join(missing)}",
+        )
+    return table
