@@ -52,8 +52,8 @@ class TrialConfig:
     name).
     """
 
-    __slots__ = ("_values",)
     _values: dict[str, Any]
+    _hash: int
 
     def __init__(self, **values: Any) -> None:
         unknown = set(values) - {k.name for k in knobs()}
@@ -67,24 +67,23 @@ class TrialConfig:
                 raise TypeError(f"TrialConfig needs {k.name}")
             else:
                 resolved[k.name] = k.default if k.default is not None else k.inactive
-        object.__setattr__(self, "_values", resolved)
+        # the knobs are plain instance attributes (read many times a proposal: no __getattr__)
+        self.__dict__.update(resolved)
+        self.__dict__["_values"] = resolved
+        self.__dict__["_hash"] = hash(tuple(resolved.items()))
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(f"TrialConfig has no knob {name!r}") from None
+        """Only reached for a name that is no knob of this configuration."""
+        raise AttributeError(f"TrialConfig has no knob {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("TrialConfig is immutable; use replace()")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TrialConfig) and self._values == other._values
+        return isinstance(other, TrialConfig) and self._hash == other._hash and self._values == other._values
 
     def __hash__(self) -> int:
-        return hash(tuple(self._values.items()))
+        return self._hash
 
     def __repr__(self) -> str:
         return "TrialConfig(" + ", ".join(f"{n}={v!r}" for n, v in self._values.items()) + ")"

@@ -33,7 +33,7 @@ __all__ = ["Ceilings", "throughput_dominates"]
 
 def _group(c: TrialConfig) -> tuple[object, ...]:
     """What two configurations must share to be compared: every knob without a speed order."""
-    return tuple(k.compared(c) for k in knobs() if k.speed == Axis())
+    return tuple(k.compared(c) for k in knobs() if isinstance(k.speed, Axis) and k.speed.kind == "equal")
 
 
 def throughput_dominates(a: TrialConfig, b: TrialConfig) -> bool:
