@@ -146,8 +146,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
-    from explorer.worker._data import JsonlText, SyntheticTokens
-    from explorer.worker._model import build_model, build_tokenizer, decoder_layer_classes, load_config
+    from explorer.worker._model import build_model, decoder_layer_classes, load_config
     from explorer.worker._timing import CountingTrainer, StepClock, StepLog
 
     c = job.config
@@ -173,22 +172,10 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         )
         PHASES.mark("model_built")
         flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
-        vocab = config.vocab_size
-        if job.workload.dataset.kind == "jsonl":
-            tokenizer = build_tokenizer(job.workload.model, job.model_path)
-            dataset: Any = JsonlText(
-                Path(job.dataset_path or ""),
-                text_field=job.workload.dataset.text_field,
-                tokenizer=tokenizer,
-                max_length=c.model_max_length,
-            )
-        else:
-            dataset = SyntheticTokens(job.workload.dataset, vocab_size=vocab, max_length=c.model_max_length)
+        parameters = _parameter_counts(model)
+        dataset = _dataset(job, vocab_size=config.vocab_size)
         log = StepLog()
-        m = job.measurement
-        clock = StepClock(log, device=device, spec=m)
+        clock = StepClock(log, device=device, spec=job.measurement)
         callbacks: list[Any] = [clock]
         if job.fault is not None and job.fault.kind in WORKER_FAULTS:
             from explorer.worker._fault import FaultCallback
@@ -211,15 +198,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
                 sampler.stop()
         if log.ends:
             PHASES.at("first_step", log.ends[0])
-        extra = {
-            "phases": PHASES.seconds,
-            "wrapper": _describe_wrapper(trainer),
-            "checkpointing": "on" if _checkpointing_active(trainer) else "off",
-            "trainable_parameters": trainable,
-            "total_parameters": total,
-        }
-        if rank0:
-            extra["fingerprint"] = fingerprint(nvml=nvml)
+        extra = _extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None)
         window = clock.decision.warmup
         since = log.ends[window - 1] if window and len(log.ends) >= window else (log.start or 0.0)
         system = sampler.summary(since=since) if sampler is not None else {}
@@ -233,6 +212,43 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             flops=flops,
             system=system,
         )
+
+
+def _dataset(job: TrialJob, *, vocab_size: int) -> Any:
+    """The training data: a JSONL file through the model's tokenizer, or synthetic tokens."""
+    from explorer.worker._data import JsonlText, SyntheticTokens
+    from explorer.worker._model import build_tokenizer
+
+    length = job.config.model_max_length
+    if job.workload.dataset.kind == "jsonl":
+        return JsonlText(
+            Path(job.dataset_path or ""),
+            text_field=job.workload.dataset.text_field,
+            tokenizer=build_tokenizer(job.workload.model, job.model_path),
+            max_length=length,
+        )
+    return SyntheticTokens(job.workload.dataset, vocab_size=vocab_size, max_length=length)
+
+
+def _parameter_counts(model: Any) -> tuple[int, int]:
+    """(trainable, total) parameters, before FSDP flattens and shards them."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())
+
+
+def _extra(trainer: Any, model: Any, parameters: tuple[int, int], fingerprint: Any) -> dict[str, Any]:
+    """What a measurement records beside its figures: phases, wrapper, checkpointing, parameter
+    counts, and (rank 0) the software and hardware fingerprint."""
+    extra: dict[str, Any] = {
+        "phases": PHASES.seconds,
+        "wrapper": _describe_wrapper(trainer),
+        "checkpointing": "on" if _checkpointing_active(trainer) else "off",
+        "trainable_parameters": parameters[0],
+        "total_parameters": parameters[1],
+    }
+    if fingerprint is not None:
+        extra["fingerprint"] = fingerprint
+    return extra
 
 
 def _checkpointing_active(trainer: Any) -> bool:
