@@ -5,6 +5,7 @@ the run's ``TrainingArguments``; adding it leaves earlier configuration keys val
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,12 @@ def test_registration_is_checked():
         Knob(name="two words", kind="int", doc="")
     with pytest.raises(ValueError, match="default 0"):
         Knob(name="steps", kind="int", default=0, check=positive, doc="")
+
+
+def test_the_reference_page_is_up_to_date():
+    """``docs/knobs.md`` is what ``python -m explorer.knobs`` prints, and names every knob."""
+    from explorer.knobs import reference
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text()
+    assert page == reference(), "regenerate: .venv/bin/python -m explorer.knobs > docs/knobs.md"
+    assert all(f"| `{k.name}` |" in page for k in knobs())

@@ -10,6 +10,7 @@ from explorer.knobs._registry import (
     asking_order,
     knob,
     knobs,
+    reference,
     register,
     run_options,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "did_you_mean",
     "knob",
     "knobs",
+    "reference",
     "one_of",
     "positive",
     "register",

@@ -32,6 +32,7 @@ __all__ = [
     "asking_order",
     "knob",
     "knobs",
+    "reference",
     "register",
     "run_options",
 ]
@@ -217,6 +218,7 @@ _DECLARED = (
         doc="micro-steps per optimizer step",
         feature=None,
         label=lambda v, c: f"ga={v}" if v != 1 else None,
+        training_args="gradient_accumulation_steps",
     ),
     Knob(
         name="lora_r",
@@ -294,3 +296,42 @@ def register(*new: Knob) -> Iterator[None]:
     finally:
         for k in new:
             KNOBS.pop(k.name, None)
+
+
+REFERENCE_HEAD = """# The knobs
+
+Every tunable field of a trial's configuration, as declared in `explorer/knobs/_registry.py`
+(this page is generated from it: `.venv/bin/python -m explorer.knobs > docs/knobs.md`; a test
+checks that it is up to date). A search space names knobs under `parameters:`; `explorer measure
+--set NAME=VALUE` takes the same names. *memory*: the direction OOM inference assumes (`equal`:
+unknown, compared only at the same value; `by configuration`: it depends on other knobs, e.g.
+GPUs matter only under sharding). How to add one: [architecture.md](architecture.md).
+
+"""
+
+
+def reference() -> str:
+    """The knobs as a Markdown page (``docs/knobs.md`` is this, checked by a test)."""
+    rows = [
+        "| knob | kind | default | applies | memory | reaches the run as | what it is |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for k in knobs():
+        default = "required" if k.required and k.default_from is None else _shown(k)
+        applies = "always" if k.when is None else f"when {k.when.needs}"
+        memory = k.memory.kind if isinstance(k.memory, Axis) else "by configuration"
+        reach = (
+            f"`TrainingArguments.{k.training_args}`"
+            if k.training_args
+            else f"model `{k.model_kwarg}`"
+            if k.model_kwarg
+            else "the worker"
+        )
+        rows.append(f"| `{k.name}` | {k.kind} | {default} | {applies} | {memory} | {reach} | {k.doc} |")
+    return REFERENCE_HEAD + "\n".join(rows) + "\n"
+
+
+def _shown(k: Knob) -> str:
+    if k.default_from is not None:
+        return "the workload's"
+    return "none" if k.default is None else f"`{k.default}`"

@@ -128,7 +128,6 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
     return dict(
         per_device_train_batch_size=c.per_device_batch_size,
-        gradient_accumulation_steps=c.gradient_accumulation_steps,
         learning_rate=1e-5,
         weight_decay=0.0,
         lr_scheduler_type="constant",
