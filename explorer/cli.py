@@ -26,7 +26,21 @@ def _parser() -> argparse.ArgumentParser:
         description="Find the fastest way to run an LLM fine-tuning job on given hardware.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _optimize_arguments(sub)
+    _measure_arguments(sub)
+    _benchmark_search_arguments(sub)
+    _export_arguments(sub)
+    _report_arguments(sub)
+    _utilization_arguments(sub)
+    _status_arguments(sub)
+    _dashboard_arguments(sub)
+    _best_arguments(sub)
+    _audit_arguments(sub)
+    _validate_arguments(sub)
+    return parser
 
+
+def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     opt = sub.add_parser(
         "optimize",
         help="run (or resume) a study: Optuna proposes, Ray actors benchmark",
@@ -42,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         help="also re-run RUNNING trials of explorer processes on other hosts (only if they are dead)",
     )
 
+
+def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     mea = sub.add_parser(
         "measure",
         help="benchmark one configuration outside any study (the same code path as a trial)",
@@ -58,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     mea.add_argument("--no-memory-cap", action="store_true", help="ignore the study's device_memory_gib")
     mea.add_argument("--json", metavar="PATH", help="also write every measurement as JSON lines")
 
+
+def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser(
         "benchmark-search",
         help="replay a recorded table: how many trials each sampler needs to find its best",
@@ -79,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
 
+
+def _export_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp = sub.add_parser(
         "export",
         help="write a study's trials as CSV or JSON (ado's show-entities columns; replayable)",
@@ -89,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", metavar="PATH", help="default: <output_dir>/<study name>.<format>")
     exp.add_argument("--csv", metavar="PATH", help="the same as --format csv --out PATH")
 
+
+def _report_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     rep = sub.add_parser(
         "report",
         help="figures of a study (PNG), an HTML page embedding them, and Optuna artifacts",
@@ -101,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--storage", metavar="URL")
     rep.add_argument("--out", metavar="DIR", help="the report folder (default: <output_dir>/report)")
 
+
+def _utilization_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     use = sub.add_parser(
         "utilization",
         help="GPU-slot utilization of a study: GPU-seconds held by trials over the pool's",
@@ -110,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     use.add_argument("study", metavar="STUDY.yaml")
     use.add_argument("--storage", metavar="URL")
 
+
+def _status_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sta = sub.add_parser(
         "status",
         help="a table of a study's trials; safe while the study runs (reads only)",
@@ -120,6 +146,8 @@ def _parser() -> argparse.ArgumentParser:
     sta.add_argument("study", metavar="STUDY.yaml")
     sta.add_argument("--storage", metavar="URL")
 
+
+def _dashboard_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     das = sub.add_parser(
         "dashboard",
         help="serve optuna-dashboard on the study's storage and artifact store",
@@ -131,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     das.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     das.add_argument("--port", type=int, default=8080, metavar="N", help="default 8080")
 
+
+def _best_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     best = sub.add_parser(
         "best",
         help="the best feasible configuration as an accelerate config, TrainingArguments and commands",
@@ -145,6 +175,8 @@ def _parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=20, metavar="N", help="measured steps the printed commands train for"
     )
 
+
+def _audit_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     aud = sub.add_parser(
         "audit",
         help="check that every trial is accounted for (after faults, kills and resumes)",
@@ -158,6 +190,8 @@ def _parser() -> argparse.ArgumentParser:
     aud.add_argument("--storage", metavar="URL")
     aud.add_argument("--json", action="store_true", help="print the audit as JSON")
 
+
+def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
     val.add_argument("study", metavar="STUDY.yaml")
     val.add_argument("--storage", metavar="URL")
@@ -167,7 +201,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not probe the Ray cluster (launcher.address / RAY_ADDRESS): check a cluster's study elsewhere",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     loaded = load_study(
         args.study, storage=args.storage, n_trials=args.n_trials, check_launcher=not args.offline
@@ -229,8 +262,8 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace) -> int:
     from explorer.measure import config_from_cli, measure, none_measured
-    from explorer.spec import load_study
     from explorer.stability import summarize
+    from explorer.study_file import load_study
     from explorer.validity import invalid_reason
 
     if args.repeats < 1:
@@ -290,7 +323,7 @@ def _benchmark_search(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.search_benchmark import VARIANTS, benchmark_search, format_table, to_json
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
     unknown = [v for v in variants if v not in VARIANTS]
@@ -314,7 +347,7 @@ def _export(args: argparse.Namespace) -> int:
 
     from explorer.export import write_export
     from explorer.paths import inside
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
     fmt = "csv" if args.csv else args.format
@@ -330,7 +363,7 @@ def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.report import write_report
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
     report = write_report(loaded, Path(args.out) if args.out else None)
@@ -345,8 +378,8 @@ def _report(args: argparse.Namespace) -> int:
 def _optimize(args: argparse.Namespace) -> int:
     from explorer.progress import terminal_progress
     from explorer.report import print_summary
-    from explorer.spec import load_study
     from explorer.study import open_study, optimize, study_utilization
+    from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, n_trials=args.n_trials)
     live = terminal_progress()
@@ -368,8 +401,8 @@ def _optimize(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from explorer.spec import load_study
     from explorer.status import print_status
+    from explorer.study_file import load_study
 
     print_status(load_study(args.study, storage=args.storage, check_model=False))
     return 0
@@ -377,7 +410,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _dashboard(args: argparse.Namespace) -> int:
     from explorer.dashboard import serve
-    from explorer.spec import load_study
+    from explorer.study_file import load_study
 
     if not 0 < args.port < 65536:
         raise SpecError(file="--port", field="", problem=f"{args.port} is not a port number")
@@ -388,8 +421,8 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _open_existing(args: argparse.Namespace) -> tuple[LoadedStudy, optuna.Study]:
     """The study file and its stored study; a missing study is a one-line error."""
-    from explorer.spec import load_study
     from explorer.study import open_existing_study, recorded_run_folder
+    from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
     study = open_existing_study(loaded)

@@ -19,9 +19,11 @@ from explorer.report._figures import (
     draw_throughput,
 )
 from explorer.report._html import ReportFigure, write_html
-from explorer.report._points import Kind, points_of
+from explorer.report._points import Kind, TrialPoint, points_of
 
 if TYPE_CHECKING:
+    import optuna
+
     from explorer.spec import LoadedStudy
 
 __all__ = ["FIGURES", "Report", "write_report"]
@@ -67,8 +69,7 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
     import optuna
 
     from explorer.paths import inside
-    from explorer.secrets import mask_url
-    from explorer.study import OBJECTIVE, open_existing_study
+    from explorer.study import open_existing_study
 
     study = open_existing_study(loaded)
     folder = out if out is not None else loaded.output_dir / "report"
@@ -85,6 +86,33 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if t.user_attrs.get("status") == "ok" and t.number not in repeats
     ]
+    figures = _draw_figures(loaded, study, points, feasible, folder)
+    artifact_dir = loaded.output_dir / "artifacts"
+    ids = attach_artifacts(study, [f.path for f in figures], artifact_dir)
+    facts = _facts(loaded, study, points, repeats, artifact_dir)
+    html = write_html(
+        folder / "index.html",
+        heading=f"explorer report: study {loaded.spec.name!r}",
+        facts=facts,
+        figures=figures,
+        artifact_ids=ids,
+        size=(WIDTH_PX, HEIGHT_PX),
+    )
+    return Report(
+        folder=folder, html=html, figures=tuple(figures), artifact_ids=ids, artifact_dir=artifact_dir
+    )
+
+
+def _draw_figures(
+    loaded: LoadedStudy,
+    study: optuna.Study,
+    points: list[TrialPoint],
+    feasible: list[optuna.trial.FrozenTrial],
+    folder: Path,
+) -> list[ReportFigure]:
+    """Draw every figure into ``folder``, in page order."""
+    from explorer.study import OBJECTIVE
+
     figures = [
         ReportFigure(
             draw_history(points, study.directions, study.metric_names, folder / "history.png"),
@@ -137,24 +165,20 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
             "OOMs at the cap. No memory estimate is drawn: the package has none.",
         )
     )
-    artifact_dir = loaded.output_dir / "artifacts"
-    ids = attach_artifacts(study, [f.path for f in figures], artifact_dir)
+    return figures
+
+
+def _facts(
+    loaded: LoadedStudy, study: optuna.Study, points: list[TrialPoint], repeats: set[int], artifact_dir: Path
+) -> list[str]:
+    """The report page's lines about the study, above the figures."""
+    from explorer.secrets import mask_url
+
     counts = Counter(p.kind for p in points)
-    facts = [
+    return [
         f"storage: {mask_url(loaded.storage_url)}",
         f"directions: {', '.join(d.name.lower() for d in study.directions)}",
         "trials: " + ", ".join(f"{k.value} {counts[k]}" for k in Kind if counts[k]),
         f"{len(repeats)} of them answered without a run of their own (repeats, inferred OOMs)",
         f"Optuna artifacts: FileSystemArtifactStore at {artifact_dir}",
     ]
-    html = write_html(
-        folder / "index.html",
-        heading=f"explorer report: study {loaded.spec.name!r}",
-        facts=facts,
-        figures=figures,
-        artifact_ids=ids,
-        size=(WIDTH_PX, HEIGHT_PX),
-    )
-    return Report(
-        folder=folder, html=html, figures=tuple(figures), artifact_ids=ids, artifact_dir=artifact_dir
-    )
