@@ -257,6 +257,9 @@ def _validate(args: argparse.Namespace) -> int:
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
         + (" (the Ray address was not probed)" if args.offline and loaded.spec.launcher.kind == "ray" else "")
     )
+    for name, domain in loaded.space.domains.items():  # every knob the study sets, searched or fixed
+        how = "fixed" if len(domain.values) == 1 else "searched"
+        print(f"  {name}: {', '.join(map(str, domain.values))} ({how})")
     return 0
 
 

@@ -293,3 +293,24 @@ def test_fault_injection_counts_recompute_from_the_trial_rows(name):
     for phase in data["phases"]:
         assert not phase["traceback"]
         assert phase["exit"] == {"SIGKILL": -9, "SIGINT": 130, None: 0}[phase["signal"]]
+
+
+def test_padding_figures_recompute_from_the_runs():
+    """``benchmarks/padding_cpu.py``: each mode's median throughput and the packed / max_length
+    ratio (README: at least 2x on short entries) recompute from the raw runs' tokens and seconds;
+    every mode consumed the same entries (the same dataset tokens)."""
+    import statistics
+
+    data = json.loads((ROOT / "benchmarks" / "results" / "padding_cpu.json").read_text())
+    runs = data["runs"]
+    for mode, committed in data["median_dataset_tokens_per_second"].items():
+        fresh = statistics.median(
+            r["measured_dataset_tokens"] / r["measured_seconds"] for r in runs if r["padding"] == mode
+        )
+        assert_close(fresh, committed, where=mode)
+    medians = data["median_dataset_tokens_per_second"]
+    assert_close(medians["packed"] / medians["max_length"], data["packed_over_max_length"])
+    assert data["packed_over_max_length"] >= 2.0
+    assert len({r["measured_dataset_tokens"] for r in runs}) == 1
+    packed = [r for r in runs if r["padding"] == "packed"]
+    assert all(r["measured_train_tokens"] == r["measured_dataset_tokens"] for r in packed)

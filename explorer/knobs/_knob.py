@@ -153,6 +153,8 @@ class Knob:
     that shape the job itself)."""
     model_kwarg: str | None = None
     """The keyword of the model's ``from_config``/``from_pretrained`` it sets, when it applies."""
+    data_option: str | None = None
+    """The keyword of the data pipeline it sets (``explorer.worker._data.collator_for``)."""
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

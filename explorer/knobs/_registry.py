@@ -40,6 +40,7 @@ __all__ = [
 BACKENDS: tuple[str, ...] = ("DDP", "FSDP")
 FSDP_SHARDING_STRATEGIES: tuple[str, ...] = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 FSDP_VERSIONS: tuple[int, ...] = (1, 2)
+PADDINGS: tuple[str, ...] = ("max_length", "longest", "packed")
 SHARDING = Axis("ordered", ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"))
 """The sharding strategies by memory per device, least first (each step up gathers more);
 HYBRID_SHARD is compared only with itself. By speed the order is the same: less sharding, fewer
@@ -248,6 +249,18 @@ _DECLARED = (
         label=lambda v, c: "compile" if v else None,
         training_args="torch_compile",
     ),
+    Knob(
+        name="padding",
+        kind="str",
+        default="max_length",
+        check=one_of(PADDINGS),
+        doc="max_length: every entry padded to model_max_length; longest: each batch to its longest "
+        "entry; packed: padding-free, a batch's entries concatenated with their boundaries kept "
+        "(position ids; no attention crosses an entry)",
+        memory=Axis("ordered", ("packed", "longest", "max_length")),
+        speed=Axis("ordered", ("max_length", "longest", "packed")),
+        data_option="padding",
+    ),
 )
 
 KNOBS: dict[str, Knob] = {k.name: k for k in _DECLARED}
@@ -270,7 +283,9 @@ def asking_order() -> tuple[Knob, ...]:
     return tuple(k for k in knobs() if k.asked_first) + tuple(k for k in knobs() if not k.asked_first)
 
 
-def run_options(config: TrialConfig, target: Literal["training_args", "model_kwarg"]) -> dict[str, Any]:
+def run_options(
+    config: TrialConfig, target: Literal["training_args", "model_kwarg", "data_option"]
+) -> dict[str, Any]:
     """The keywords the knobs hand to the run: ``{keyword: value}`` of every knob that declares
     one for ``target`` (``TrainingArguments`` or the model's constructor) and has a value."""
     out: dict[str, Any] = {}
@@ -325,6 +340,8 @@ def reference() -> str:
             if k.training_args
             else f"model `{k.model_kwarg}`"
             if k.model_kwarg
+            else f"data `{k.data_option}`"
+            if k.data_option
             else "the worker"
         )
         rows.append(f"| `{k.name}` | {k.kind} | {default} | {applies} | {memory} | {reach} | {k.doc} |")

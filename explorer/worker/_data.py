@@ -1,7 +1,13 @@
-"""Training data for the benchmark: synthetic token entries or a tokenised JSONL file.
+"""Training data for the benchmark: synthetic token entries or a tokenised JSONL file, and how a
+batch of them is made (the ``padding`` knob).
 
 Every item is right-padded to ``model_max_length``; ``attention_mask`` marks the dataset tokens,
-so ``attention_mask.sum()`` is exactly ``min(len(tokens), model_max_length)`` per entry.
+so ``attention_mask.sum()`` is exactly ``min(len(tokens), model_max_length)`` per entry. The
+collator then keeps that padding (``max_length``), trims a batch to its longest entry
+(``longest``), or drops it and concatenates the entries into one row with position ids that
+restart at every entry (``packed``: transformers' DataCollatorWithFlattening; the attention masks
+built from those position ids keep every entry to itself). A packed batch has no attention mask:
+each of its tokens is a dataset token.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from torch.utils.data import Dataset
 
 from explorer.spec import DatasetSpec
 
-__all__ = ["JsonlText", "SyntheticTokens", "entry_length", "pad_item"]
+__all__ = ["JsonlText", "SyntheticTokens", "collator_for", "entry_length", "pad_item"]
 
 PAD_ID = 0
 
@@ -84,3 +90,29 @@ class JsonlText(Dataset[dict[str, torch.Tensor]]):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.items[index]
+
+
+def _unpadded(item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    n = int(item["attention_mask"].sum())
+    return {"input_ids": item["input_ids"][:n]}
+
+
+def _longest(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The batch padded to its longest entry only."""
+    n = max(int(item["attention_mask"].sum()) for item in items)
+    return {key: torch.stack([item[key][:n] for item in items]) for key in items[0]}
+
+
+def collator_for(padding: str = "max_length") -> Any:
+    """The data collator of a ``padding`` mode (``None``: the Trainer's default, which stacks the
+    items as they are, padded to ``model_max_length``)."""
+    if padding == "max_length":
+        return None
+    if padding == "longest":
+        return _longest
+    if padding == "packed":
+        from transformers import DataCollatorWithFlattening
+
+        flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
+        return lambda items: flatten([_unpadded(item) for item in items])
+    raise ValueError(f"unknown padding {padding!r}")

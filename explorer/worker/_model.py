@@ -52,6 +52,9 @@ def build_model(
             model = AutoModelForCausalLM.from_config(
                 config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **(options or {})
             )
+    # training keeps no KV cache: it would only cost memory, and with one a packed row's attention
+    # mask is not built from its position ids (entries would attend across their boundaries)
+    model.config.use_cache = False
     if lora_r is not None:
         from peft import LoraConfig, get_peft_model
 

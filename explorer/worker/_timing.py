@@ -70,7 +70,11 @@ class CountingTrainer(Trainer):
         log = self.step_log
         log.run_dataset_tokens += int(mask.sum()) if mask is not None else ids.numel()
         log.run_train_tokens += ids.numel()
-        log.run_samples += ids.shape[0]
+        positions = inputs.get("position_ids")
+        if mask is None and positions is not None:  # packed: one row of entries, each from position 0
+            log.run_samples += int(positions.eq(0).sum())
+        else:
+            log.run_samples += ids.shape[0]
         return super().training_step(model, inputs, num_items_in_batch)
 
 

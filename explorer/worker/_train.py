@@ -145,6 +145,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
+    from explorer.worker._data import collator_for
     from explorer.worker._model import build_model, decoder_layer_classes, load_config
     from explorer.worker._timing import CountingTrainer, StepClock, StepLog
 
@@ -180,7 +181,13 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             from explorer.worker._fault import FaultCallback
 
             callbacks.append(FaultCallback(job.fault, device=device))
-        trainer = CountingTrainer(model=model, args=args, train_dataset=dataset, callbacks=callbacks)
+        trainer = CountingTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            callbacks=callbacks,
+            data_collator=collator_for(**run_options(c, "data_option")),
+        )
         trainer.step_log = log
         rank0 = int(os.environ.get("RANK", "0")) == 0
         nvml = load_nvml() if rank0 else None
