@@ -205,3 +205,19 @@ def test_the_reference_page_is_up_to_date():
     page = (Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text()
     assert page == reference(), "regenerate: .venv/bin/python -m explorer.knobs > docs/knobs.md"
     assert all(f"| `{k.name}` |" in page for k in knobs())
+
+
+def test_ddp_trials_skip_the_search_for_unused_parameters(make_job):
+    from explorer.worker._train import training_kwargs
+
+    ddp = training_kwargs(
+        make_job(distributed_backend="DDP", batch_size=4, number_gpus=2),
+        device_type="cpu",
+        layer_classes=None,
+    )
+    single = training_kwargs(
+        make_job(distributed_backend="NONE", batch_size=4, number_gpus=1),
+        device_type="cpu",
+        layer_classes=None,
+    )
+    assert ddp["ddp_find_unused_parameters"] is False and "ddp_find_unused_parameters" not in single

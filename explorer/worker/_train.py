@@ -97,6 +97,10 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     else:
         kwargs["use_cpu"] = True
         kwargs["ddp_backend"] = "gloo" if distributed else None
+    if c.distributed_backend == "DDP":
+        # every parameter that requires a gradient gets one each step (LoRA's frozen base needs
+        # none): DDP's search for unused parameters only costs time, and warned in every log
+        kwargs["ddp_find_unused_parameters"] = False
     if c.distributed_backend == "FSDP":
         strategy = (c.fsdp_sharding_strategy or "FULL_SHARD").lower()
         fsdp_config: dict[str, Any] = {
