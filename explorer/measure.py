@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from explorer.errors import SpecError, did_you_mean
+from explorer.errors import SpecError
 from explorer.job import TrialJob
-from explorer.knobs import asking_order, knob, knobs
+from explorer.knobs import asking_order
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import LoadedStudy, read_yaml
 from explorer.trial_config import TrialConfig
@@ -69,24 +69,13 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
 
 
 def _check_set(name: str, value: Any) -> None:
-    """Refuse an unknown knob, or a value of the wrong kind or that the knob's checks refuse."""
-    names = [k.name for k in knobs()]
-    if name not in names:
-        raise SpecError(
-            file="--set", field=name, problem=f"unknown{did_you_mean(name, names)}; known: {', '.join(names)}"
-        )
-    k = knob(name)
-    kind_ok = {
-        "int": isinstance(value, int) and not isinstance(value, bool),
-        "bool": isinstance(value, bool),
-    }
-    if not kind_ok.get(k.kind, isinstance(value, str)):
-        raise SpecError(file="--set", field=name, problem=f"{value!r} is not a {k.kind}")
-    problem = k.check(value)
-    if problem is None and k.check_transformers is not None:
-        problem = k.check_transformers(value)
-    if problem:
-        raise SpecError(file="--set", field=name, problem=problem)
+    """Refuse an unknown knob, or a value of the wrong kind or that the knob's checks refuse
+    (checked as a search-space value is)."""
+    from explorer.space import Fixed, parameter_domain
+
+    domain = parameter_domain(name, value, file="--set", field=name, check_transformers=True)
+    if not isinstance(domain, Fixed):
+        raise SpecError(file="--set", field=name, problem="give one value, not a domain")
 
 
 def measure(

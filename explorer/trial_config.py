@@ -9,6 +9,7 @@ import functools
 from typing import Any
 
 from explorer.knobs import BACKENDS, FSDP_SHARDING_STRATEGIES, FSDP_VERSIONS, knobs
+from explorer.knobs._registry import KNOBS
 
 __all__ = [
     "BACKENDS",
@@ -56,11 +57,11 @@ class TrialConfig:
     _hash: int
 
     def __init__(self, **values: Any) -> None:
-        unknown = set(values) - {k.name for k in knobs()}
+        unknown = values.keys() - KNOBS.keys()
         if unknown:
             raise TypeError(f"unknown TrialConfig fields: {sorted(unknown)}")
         resolved = {}
-        for k in knobs():
+        for k in KNOBS.values():  # the registry itself: a configuration is built many times a trial
             if k.name in values:
                 resolved[k.name] = values[k.name]
             elif k.required and k.when is None:

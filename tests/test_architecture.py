@@ -1,7 +1,7 @@
 """The shape of the package: no import cycle, ``spec`` a leaf, each knob named in few files.
 
-Imports are read with ``ast`` from every module of ``explorer/``: module-level and function-level
-(lazy) imports alike, but not those under ``if TYPE_CHECKING:`` (they never run).
+Imports are read with ``ast`` from every module of ``explorer/``: module-level, function-level
+(lazy) and ``if TYPE_CHECKING:`` imports alike (a type-only import is a dependency too).
 """
 
 from __future__ import annotations
@@ -21,20 +21,9 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(node: ast.AST, module: str, package: bool) -> Iterator[str]:
-    """The explorer modules ``node`` imports when it runs."""
+    """The explorer modules ``node`` imports (for type checking too)."""
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.If) and _is_type_checking(child):
-            for other in child.orelse:
-                yield from _imports(other, module, package)
-            continue
         if isinstance(child, ast.Import):
             yield from (a.name for a in child.names if a.name.split(".")[0] == "explorer")
         elif isinstance(child, ast.ImportFrom):

@@ -129,8 +129,16 @@ def test_measure_set_takes_it_and_the_space_constants(write_study, empty_cache):
     config = config_from_cli(loaded, sets=["batch_size=8", "torch_empty_cache_steps=4"], config_file=None)
     assert config.torch_empty_cache_steps == 4 and config.number_gpus == 1
     assert config.model_max_length == loaded.spec.workload.model_max_length
-    with pytest.raises(SpecError, match="torch_empty_cache_steps: 'x' is not a int"):
+    with pytest.raises(SpecError, match="torch_empty_cache_steps: 'x' is not an integer"):
         config_from_cli(loaded, sets=["batch_size=8", "torch_empty_cache_steps=x"], config_file=None)
+    with pytest.raises(
+        SpecError, match="torch_empty_cache_step: unknown parameter; did you mean torch_empty_cache_steps"
+    ):
+        config_from_cli(loaded, sets=["batch_size=8", "torch_empty_cache_step=4"], config_file=None)
+    with pytest.raises(SpecError, match="torch_empty_cache_steps: give one value"):
+        config_from_cli(
+            loaded, sets=["batch_size=8", "torch_empty_cache_steps={values: [1, 4]}"], config_file=None
+        )
     with pytest.raises(SpecError, match="--set: batch_size: required"):
         config_from_cli(loaded, sets=[], config_file=None)
 

@@ -1,7 +1,7 @@
 """The knobs a study tunes, each declared once (:mod:`explorer.knobs._registry`), and what a knob
 is (:class:`Knob`). Everything that lists parameters derives from here."""
 
-from explorer.knobs._knob import Axis, Condition, Knob, Value, any_value, did_you_mean, one_of, positive
+from explorer.knobs._knob import Axis, Condition, Knob, Value, any_value, one_of, positive
 from explorer.knobs._registry import (
     BACKENDS,
     FSDP_SHARDING_STRATEGIES,
@@ -26,7 +26,6 @@ __all__ = [
     "Value",
     "any_value",
     "asking_order",
-    "did_you_mean",
     "knob",
     "knobs",
     "reference",

@@ -5,12 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from explorer.errors import did_you_mean
-
-if TYPE_CHECKING:
-    from explorer.trial_config import TrialConfig
+from typing import Any, Literal
 
 __all__ = [
     "Axis",
@@ -18,7 +13,6 @@ __all__ = [
     "Knob",
     "Value",
     "any_value",
-    "did_you_mean",
     "one_of",
     "positive",
 ]
@@ -26,7 +20,10 @@ __all__ = [
 Value = int | float | str | bool
 Kind = Literal["int", "bool", "str"]
 Check = Callable[[Value], "str | None"]
-Compare = Callable[["TrialConfig", "TrialConfig"], bool]
+Config = Any
+"""A :class:`~explorer.trial_config.TrialConfig`, typed loosely: that class is built from the
+knobs, so this package sits below it and never imports it (not even for type checking)."""
+Compare = Callable[[Config, Config], bool]
 """``compare(a, b)``: whether ``a`` is at least ``b`` along one knob (at least as hungry for
 memory, or at least as fast), everything else aside."""
 
@@ -129,7 +126,7 @@ class Knob:
     asked_first: bool = False
     """Asked before the others: the knobs that shape the job (GPUs, nodes, backend). The rest
     are asked in registry order."""
-    compare_as: Callable[[TrialConfig], Any] | None = None
+    compare_as: Callable[[Config], Any] | None = None
     """What dominance and the neighbour model compare instead of the value (the per-device
     batch for ``batch_size``)."""
     memory: Axis | Compare = EQUAL
@@ -145,7 +142,7 @@ class Knob:
     feature: str | None = ""
     """The neighbour model's feature it feeds (knobs naming one feature make a tuple); ``""``:
     its own name; ``None``: none."""
-    label: Callable[[Any, TrialConfig], str | None] | None = None
+    label: Callable[[Any, Config], str | None] | None = None
     """Its short form in progress lines, status and report (``None``: ``name=value``, shown
     only when not at its default)."""
     training_args: str | None = None
@@ -175,23 +172,23 @@ class Knob:
         """``value`` as the knob's kind."""
         return {"int": int, "bool": bool, "str": str}[self.kind](value)
 
-    def compared(self, config: TrialConfig) -> Any:
+    def compared(self, config: Config) -> Any:
         """What dominance compares of ``config`` along this knob."""
         return self.compare_as(config) if self.compare_as is not None else getattr(config, self.name)
 
-    def memory_at_least(self, a: TrialConfig, b: TrialConfig) -> bool:
+    def memory_at_least(self, a: Config, b: Config) -> bool:
         """Whether ``a`` needs at least ``b``'s memory along this knob."""
         if isinstance(self.memory, Axis):
             return self.memory.at_least(self.compared(a), self.compared(b))
         return self.memory(a, b)
 
-    def speed_at_least(self, a: TrialConfig, b: TrialConfig) -> bool:
+    def speed_at_least(self, a: Config, b: Config) -> bool:
         """Whether ``a`` is expected at least as fast per GPU as ``b`` along this knob."""
         if isinstance(self.speed, Axis):
             return self.speed.at_least(self.compared(a), self.compared(b))
         return self.speed(a, b)
 
-    def short(self, config: TrialConfig) -> str | None:
+    def short(self, config: Config) -> str | None:
         """Its part of a configuration's short form (``None``: nothing to show)."""
         value = getattr(config, self.name)
         if self.label is not None:

@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from explorer.errors import did_you_mean
-from explorer.knobs._knob import Axis, Condition, Knob, any_value, one_of, positive
-
-if TYPE_CHECKING:
-    from explorer.trial_config import TrialConfig
+from explorer.knobs._knob import Axis, Condition, Config, Knob, any_value, one_of, positive
 
 __all__ = [
     "BACKENDS",
@@ -69,11 +66,11 @@ LORA = Condition(
 )
 
 
-def _strategy(c: TrialConfig) -> str:
+def _strategy(c: Config) -> str:
     return str(c.fsdp_sharding_strategy or "FULL_SHARD")
 
 
-def _gpus_memory(a: TrialConfig, b: TrialConfig) -> bool:
+def _gpus_memory(a: Config, b: Config) -> bool:
     """Fewer GPUs need more memory only where parameters, gradients or optimizer state are
     sharded over them; DDP and one process replicate the model; HYBRID_SHARD: the same count."""
     if a.distributed_backend != "FSDP":
@@ -83,7 +80,7 @@ def _gpus_memory(a: TrialConfig, b: TrialConfig) -> bool:
     return _strategy(a) == "NO_SHARD" or a.number_gpus <= b.number_gpus
 
 
-def _sharding_memory(a: TrialConfig, b: TrialConfig) -> bool:
+def _sharding_memory(a: Config, b: Config) -> bool:
     return a.distributed_backend != "FSDP" or SHARDING.at_least(_strategy(a), _strategy(b))
 
 
@@ -92,13 +89,13 @@ def _single_or_equal(name: str) -> Any:
     return lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name)
 
 
-def _sharding_speed(a: TrialConfig, b: TrialConfig) -> bool:
+def _sharding_speed(a: Config, b: Config) -> bool:
     if a.number_gpus == 1 or a.distributed_backend != "FSDP":
         return True
     return SHARDING.at_least(_strategy(a), _strategy(b))
 
 
-def _backend_label(value: str, c: TrialConfig) -> str:
+def _backend_label(value: str, c: Config) -> str:
     if c.number_gpus <= 1:
         return "single"
     return f"FSDP{c.fsdp_version}/{c.fsdp_sharding_strategy}" if value == "FSDP" else value
@@ -284,7 +281,7 @@ def asking_order() -> tuple[Knob, ...]:
 
 
 def run_options(
-    config: TrialConfig, target: Literal["training_args", "model_kwarg", "data_option"]
+    config: Config, target: Literal["training_args", "model_kwarg", "data_option"]
 ) -> dict[str, Any]:
     """The keywords the knobs hand to the run: ``{keyword: value}`` of every knob that declares
     one for ``target`` (``TrainingArguments`` or the model's constructor) and has a value."""

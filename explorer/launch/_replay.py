@@ -144,6 +144,7 @@ class ReplayTable:
                 raise SpecError(file=str(path), field=label, problem=f"has no {OBJECTIVE} column")
             fixed = {"model_name": model_name, "gpu_model": gpu_model, "method": method}
             rows = []
+            known = parameters()
             for line, raw in enumerate(reader, start=2):
                 try:
                     if any(
@@ -151,7 +152,6 @@ class ReplayTable:
                         for name, want in fixed.items()
                     ):
                         continue
-                    known = parameters()
                     params = _normalise({c: _parse(c, raw[c] or "") for c in columns if c in known})
                     values = {
                         c: float(raw[c])

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from explorer.spec import WorkloadSpec
 
-__all__ = ["SearchSpace", "facts_of"]
+__all__ = ["SearchSpace", "facts_of", "parameter_domain"]
 
 
 def facts_of(workload: WorkloadSpec) -> dict[str, Any]:
@@ -37,10 +37,6 @@ class SearchSpace:
     domains: dict[str, Domain]
     facts: Mapping[str, Any] = field(default_factory=dict)
     """The workload's facts the knobs' conditions read (:func:`facts_of`)."""
-
-    @property
-    def lora(self) -> bool:
-        return bool(self.facts.get("method") == "lora")
 
     @classmethod
     def from_raw(
@@ -57,17 +53,13 @@ class SearchSpace:
         """
         params = _parameters(raw, file)
         domains = {
-            str(name): _domain(str(name), value, file=file, check_transformers=check_transformers)
+            str(name): parameter_domain(str(name), value, file=file, check_transformers=check_transformers)
             for name, value in params.items()
         }
         facts = facts_of(workload)
         for k in knobs():
             _complete(k, domains, facts, workload, file)
         return cls(domains=domains, facts=facts)
-
-    def may_apply(self, k: Knob) -> bool:
-        """Whether ``k`` applies to some configuration of the space."""
-        return _may_apply(k, self.domains, self.facts)
 
     # -- the conditional structure, shared by suggest() and enumerate() ------------------------
 
@@ -141,9 +133,16 @@ def _parameters(raw: Any, file: str) -> dict[Any, Any]:
     return params
 
 
-def _domain(name: str, value: Any, *, file: str, check_transformers: bool) -> Domain:
-    """The domain of parameter ``name``, every value checked against its knob."""
-    field_ = f"parameters.{name}"
+def parameter_domain(
+    name: str, value: Any, *, file: str, check_transformers: bool, field: str | None = None
+) -> Domain:
+    """The domain of parameter ``name`` (a YAML value), every value checked against its knob.
+
+    Raises:
+        SpecError: at ``field`` (default ``parameters.<name>``): an unknown knob (with a did you
+            mean), a malformed domain, a value of the wrong kind, or one the knob's checks refuse.
+    """
+    field_ = field or f"parameters.{name}"
     names = [k.name for k in knobs()]
     if name not in names:
         raise SpecError(

@@ -16,7 +16,7 @@ import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -25,10 +25,6 @@ from explorer.errors import SpecError, did_you_mean
 from explorer.paths import default_output_dir
 from explorer.secrets import mask_url
 from explorer.spec._models import StudySpec
-
-if TYPE_CHECKING:
-    from explorer.launch import ReplayTable
-    from explorer.space import SearchSpace
 
 __all__ = [
     "LoadedStudy",
@@ -175,7 +171,9 @@ class LoadedStudy:
     """A validated study: the typed spec, its search space, and resolved locations."""
 
     spec: StudySpec
-    space: SearchSpace
+    space: Any
+    """The resolved :class:`explorer.space.SearchSpace` (typed loosely: spec sits below space and
+    never imports it)."""
     file: Path
     """The study file."""
     storage_url: str
@@ -189,8 +187,9 @@ class LoadedStudy:
     """Resolved local model directory or hub id."""
     dataset_path: Path | None
     """Resolved JSONL file, for jsonl datasets."""
-    replay_table: ReplayTable | None = None
-    """The recorded table (read and checked once, here), for ``launcher.kind: replay``."""
+    replay_table: Any = None
+    """The recorded :class:`explorer.launch.ReplayTable` (read and checked once, by
+    :func:`explorer.study_file.load_study`), for ``launcher.kind: replay``."""
 
 
 def resolve_path(base: Path, p: str) -> Path:
