@@ -36,7 +36,7 @@ def test_config_from_cli_defaults_and_errors(write_study):
     assert single.distributed_backend == "NONE"
     with pytest.raises(SpecError, match="batch_sizes: unknown"):
         config_from_cli(loaded, sets=["batch_sizes=8"], config_file=None)
-    with pytest.raises(SpecError, match="is not a int"):
+    with pytest.raises(SpecError, match="batch_size: .eight. is not an integer"):
         config_from_cli(loaded, sets=["batch_size=eight", "number_gpus=1"], config_file=None)
     with pytest.raises(SpecError, match="number_gpus: required"):
         config_from_cli(loaded, sets=["batch_size=8"], config_file=None)
