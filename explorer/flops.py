@@ -59,7 +59,8 @@ class FlopModel:
     hidden: int
     seq_len: int
     lora: bool
-    checkpointing: bool
+    checkpointing: float
+    """The fraction of decoder layers whose forward is recomputed (``True``: all, ``False``: none)."""
 
     @property
     def attention(self) -> float:
@@ -74,7 +75,7 @@ class FlopModel:
 
     @property
     def hardware_flops_per_token(self) -> float:
-        extra = 2.0 * self.n_linear + self.attention / 3.0 if self.checkpointing else 0.0
+        extra = (2.0 * self.n_linear + self.attention / 3.0) * float(self.checkpointing)
         return self.model_flops_per_token + extra
 
     def mfu(self, *, tokens_per_second_per_device: float, peak_flops: float) -> float:

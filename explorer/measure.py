@@ -48,7 +48,7 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
             raise SpecError(file="--set", field=item, problem="use name=value")
         values[name.strip()] = yaml.safe_load(text)
     for name, value in values.items():
-        _check_set(str(name), value)
+        _check_set(str(name), value, loaded)
     space = loaded.space
     fixed = {name: d.value for name, d in space.domains.items() if isinstance(d, Fixed)}
     resolved: dict[str, Any] = {}
@@ -68,12 +68,20 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
     return TrialConfig(**resolved)
 
 
-def _check_set(name: str, value: Any) -> None:
-    """Refuse an unknown knob, or a value of the wrong kind or that the knob's checks refuse
-    (checked as a search-space value is)."""
-    from explorer.space import Fixed, parameter_domain
+def _check_set(name: str, value: Any, loaded: LoadedStudy) -> None:
+    """Refuse an unknown knob, or a value of the wrong kind, that the knob's checks refuse or
+    that the study's device or model cannot run (checked as a search-space value is)."""
+    from explorer.space import Fixed, facts_of, parameter_domain
 
-    domain = parameter_domain(name, value, file="--set", field=name, check_transformers=True)
+    domain = parameter_domain(
+        name,
+        value,
+        file="--set",
+        field=name,
+        check_transformers=True,
+        device=loaded.spec.resources.device,
+        model_type=facts_of(loaded.spec.workload)["model_type"],
+    )
     if not isinstance(domain, Fixed):
         raise SpecError(file="--set", field=name, problem="give one value, not a domain")
 

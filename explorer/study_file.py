@@ -59,10 +59,14 @@ def load_study(
     base = file.resolve().parent
     space_label, space_raw = space_source(spec, label, base)
     space = SearchSpace.from_raw(
-        space_raw, file=space_label, workload=spec.workload, check_transformers=check_model
+        space_raw,
+        file=space_label,
+        workload=spec.workload,
+        check_transformers=check_model,
+        device=spec.resources.device,
     )
     model_path = model_path_of(spec, label, base, check_model=check_model)
-    dataset_path = dataset_path_of(spec, label, base)
+    dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
     _refuse_all_invalid(spec, space, space_label)
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):

@@ -62,6 +62,19 @@ GRANITE_FSDP2 = dict(
 """A configuration of the granite benchmark space (4 GPUs, per-device batch 8), for ``config``."""
 
 
+TINY_GRANITE = {
+    "model_type": "granite",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 4096,
+    "max_position_embeddings": 256,
+}
+"""The tiny llama's shape as a granite (the model of issue 15), for ``workload.model.architecture``."""
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

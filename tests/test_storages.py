@@ -141,24 +141,26 @@ def test_failed_trial_is_retried_then_failed(write_study, storage_url):
             "storage": storage_url,
             "n_trials": 1,
             "launcher": {"max_retries": 1},
+            # device auto: the study cannot know the device, the rank finds itself on the CPU
+            "resources": {"device": "auto"},
             "search_space": {
                 "parameters": {
                     "batch_size": 4,
                     "number_gpus": 1,
                     "gradient_checkpointing": False,
-                    "optim": "no_such_optimizer",
+                    "attn_implementation": "flash_attention_2",
                 }
             },
         }
     )
-    loaded = load_study(path, check_model=False)  # the model check refuses the optimizer up front
+    loaded = load_study(path)
     result = optimize(loaded, printer=lambda _: None)
     assert result.counted == 1
     trials = open_study(loaded, create=False).get_trials()
     assert [status_of(t) for t in trials] == ["retry", "failed"]
     assert all(t.state == optuna.trial.TrialState.FAIL for t in trials)
     assert trials[1].user_attrs["requeued_from"] == 0 and trials[1].user_attrs["attempt"] == 1
-    assert "no_such_optimizer" in trials[1].user_attrs["error"]
+    assert "'flash_attention_2' needs a CUDA device" in trials[1].user_attrs["error"]
 
 
 def _worker_pids(exclude: frozenset[int] = frozenset()) -> set[int]:

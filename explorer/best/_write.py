@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import optuna
 
     from explorer.spec import LoadedStudy
+    from explorer.trial_config import TrialConfig
 
 __all__ = ["BestFiles", "device_type_of", "summary_lines", "write_best"]
 
@@ -113,6 +114,25 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
     )
 
 
+def outside_training_arguments(config: TrialConfig) -> list[str]:
+    """The knobs of ``config`` that training_arguments.json cannot hold (the model, the data, what
+    the worker applies itself), where they are not at their default: a script of your own must set
+    them too (``explorer.train_best`` does)."""
+    from explorer.knobs import knobs
+
+    settings = [
+        f"{k.name}={getattr(config, k.name)}"
+        for k in knobs()
+        if k.training_args is None
+        and k.default is not None
+        and k.applies(config.to_dict(), {"method": None})
+        and getattr(config, k.name) != k.default
+    ]
+    if not settings:
+        return []
+    return [f"  not in TrainingArguments (set by explorer.train_best, or by your script): {', '.join(settings)}"]
+
+
 def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
     value: Any = trial.user_attrs.get(key)
     return float(value) if isinstance(value, int | float) else float("nan")
@@ -143,6 +163,7 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
     lines += [
         f"accelerate config:  {files.accelerate_config}",
         f"training arguments: {files.training_arguments}",
+        *outside_training_arguments(config),
         f"job:                {files.job}",
         f"launch script:      {files.launch_script}",
         "run it with:",

@@ -1,7 +1,7 @@
 """The knobs a study tunes, each declared once (:mod:`explorer.knobs._registry`), and what a knob
 is (:class:`Knob`). Everything that lists parameters derives from here."""
 
-from explorer.knobs._knob import Axis, Condition, Knob, Value, any_value, one_of, positive
+from explorer.knobs._knob import Axis, Condition, Knob, Needs, Value, any_value, fraction, one_of, positive
 from explorer.knobs._registry import (
     BACKENDS,
     FSDP_SHARDING_STRATEGIES,
@@ -22,10 +22,12 @@ __all__ = [
     "FSDP_SHARDING_STRATEGIES",
     "FSDP_VERSIONS",
     "Knob",
+    "Needs",
     "SHARDING",
     "Value",
     "any_value",
     "asking_order",
+    "fraction",
     "knob",
     "knobs",
     "reference",

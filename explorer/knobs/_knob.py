@@ -4,21 +4,25 @@ explorer needs to know about it (see :mod:`explorer.knobs._registry` for the kno
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from explorer.errors import did_you_mean
 
 __all__ = [
     "Axis",
     "Condition",
     "Knob",
+    "Needs",
     "Value",
     "any_value",
+    "fraction",
     "one_of",
     "positive",
 ]
 
 Value = int | float | str | bool
-Kind = Literal["int", "bool", "str"]
+Kind = Literal["int", "float", "bool", "str"]
 Check = Callable[[Value], "str | None"]
 Config = Any
 """A :class:`~explorer.trial_config.TrialConfig`, typed loosely: that class is built from the
@@ -37,11 +41,20 @@ def positive(v: Value) -> str | None:
 
 
 def one_of(allowed: tuple[Value, ...]) -> Check:
-    return lambda v: None if v in allowed else f"{v!r} is not one of {list(allowed)}"
+    names = [str(a) for a in allowed]
+    return lambda v: (
+        None if v in allowed else f"{v!r} is not one of {list(allowed)}{did_you_mean(str(v), names)}"
+    )
 
 
 def any_value(v: Value) -> str | None:
     return None
+
+
+def fraction(v: Value) -> str | None:
+    """A number in (0, 1]."""
+    ok = isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1
+    return None if ok else f"{v!r} must be a number in (0, 1]"
 
 
 @dataclass(frozen=True)
@@ -51,27 +64,39 @@ class Axis:
     ``equal``: no known order, two configurations are compared only at the same value (the safe
     choice for a knob whose effect is unknown); ``increasing``: a larger value (``True`` over
     ``False``) needs at least as much; ``decreasing``: a smaller one does; ``ordered``: the
-    values of :attr:`order`, from least to most (a value outside it only equals itself).
+    levels of :attr:`order`, from least to most, where a level is a value or a tuple of values
+    that tie (a value outside it only equals itself).
     """
 
     kind: Literal["equal", "increasing", "decreasing", "ordered"] = "equal"
-    order: tuple[Value, ...] = ()
+    order: tuple[Value | tuple[Value, ...], ...] = ()
+
+    def level(self, x: Any) -> int | None:
+        """The index of ``x``'s level in :attr:`order` (``None``: not in it)."""
+        for i, level in enumerate(self.order):
+            if x == level or (isinstance(level, tuple) and x in level):
+                return i
+        return None
 
     def at_least(self, x: Any, y: Any) -> bool:
         """Whether value ``x`` is at least value ``y`` along the axis."""
         if x == y:
             return True
         if self.kind == "ordered":
-            return x in self.order and y in self.order and self.order.index(x) >= self.order.index(y)
+            lx, ly = self.level(x), self.level(y)
+            return lx is not None and ly is not None and lx >= ly
         if self.kind == "equal" or x is None or y is None:
             return False
         return bool(x >= y) if self.kind == "increasing" else bool(x <= y)
 
     def step_down(self, x: Any) -> Any:
-        """The value one step below ``x`` on an ``ordered`` axis (``None``: none)."""
-        if self.kind != "ordered" or x not in self.order or self.order.index(x) == 0:
+        """The value one level below ``x`` on an ``ordered`` axis (``None``: none; the first
+        value of a tied level)."""
+        i = self.level(x) if self.kind == "ordered" else None
+        if not i:
             return None
-        return self.order[self.order.index(x) - 1]
+        below = self.order[i - 1]
+        return below[0] if isinstance(below, tuple) else below
 
 
 EQUAL = Axis()
@@ -92,6 +117,44 @@ class Condition:
     """When it may apply, e.g. ``number_gpus can exceed 1``."""
 
 
+@dataclass(frozen=True)
+class Needs:
+    """What one value of a knob needs of the place it runs. A search space on resources that
+    cannot give it is refused (``resources.device: cpu`` for a CUDA-only value; a model type
+    outside :attr:`model_types`); the worker checks again where it runs (the module imports)."""
+
+    cuda: bool = False
+    """Only on a CUDA device."""
+    module: str | None = None
+    """A Python module the training processes must import (``flash_attn``)."""
+    model_types: frozenset[str] | None = None
+    """The transformers ``model_type`` values it supports (``None``: every one)."""
+
+    def unmet(self, value: Any, *, device: str | None, model_type: str | None) -> str | None:
+        """Why ``value`` cannot run on ``device`` (``cuda``/``cpu``; ``auto``/``None``: not
+        known yet) for ``model_type`` (``None``: not known), or ``None``."""
+        if self.cuda and device == "cpu":
+            return f"{value!r} needs a CUDA device, but resources.device is cpu"
+        if self.model_types is not None and model_type is not None and model_type not in self.model_types:
+            known = sorted(self.model_types)
+            return (
+                f"{value!r} does not support model_type {model_type!r} ({len(known)} model types "
+                f"do: {', '.join(known[:8])}, ...)"
+            )
+        return None
+
+    def missing_module(self, value: Any) -> str | None:
+        """Why ``value`` cannot run in this process: its module does not import (``None``: it
+        does, or it needs none)."""
+        import importlib.util
+
+        if self.module is None or importlib.util.find_spec(self.module) is not None:
+            return None
+        return (
+            f"{value!r} needs the Python package {self.module!r}, which the training processes cannot import"
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Knob:
     """One tunable field of :class:`~explorer.trial_config.TrialConfig`, declared once."""
@@ -99,7 +162,7 @@ class Knob:
     name: str
     """The field's name: the search-space parameter, the ``--set`` name, the export column."""
     kind: Kind
-    """The type of its values: ``int``, ``bool`` or ``str``."""
+    """The type of its values: ``int``, ``float``, ``bool`` or ``str``."""
     doc: str
     """One line for the study-file reference and ``--help``."""
     required: bool = False
@@ -152,6 +215,14 @@ class Knob:
     """The keyword of the model's ``from_config``/``from_pretrained`` it sets, when it applies."""
     data_option: str | None = None
     """The keyword of the data pipeline it sets (``explorer.worker._data.collator_for``)."""
+    needs: Mapping[Any, Needs] = field(default_factory=dict)
+    """What some of its values need of the device, the installed packages or the model
+    (``{"flash_attention_2": Needs(cuda=True, module="flash_attn")}``)."""
+
+    def unmet(self, value: Any, *, device: str | None, model_type: str | None) -> str | None:
+        """Why ``value`` cannot run on ``device`` for ``model_type`` (see :meth:`Needs.unmet`)."""
+        needs = self.needs.get(value)
+        return None if needs is None else needs.unmet(value, device=device, model_type=model_type)
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -170,7 +241,7 @@ class Knob:
 
     def coerce(self, value: Any) -> Value:
         """``value`` as the knob's kind."""
-        return {"int": int, "bool": bool, "str": str}[self.kind](value)
+        return {"int": int, "float": float, "bool": bool, "str": str}[self.kind](value)
 
     def compared(self, config: Config) -> Any:
         """What dominance compares of ``config`` along this knob."""

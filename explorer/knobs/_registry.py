@@ -17,11 +17,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from explorer.errors import did_you_mean
-from explorer.knobs._knob import Axis, Condition, Config, Knob, any_value, one_of, positive
+from explorer.knobs._knob import Axis, Condition, Config, Knob, Needs, fraction, one_of, positive
 
 __all__ = [
+    "ATTENTION",
     "BACKENDS",
+    "OPTIMIZERS",
+    "PADDINGS",
+    "PRECISIONS",
     "FSDP_SHARDING_STRATEGIES",
     "FSDP_VERSIONS",
     "KNOBS",
@@ -38,6 +41,69 @@ BACKENDS: tuple[str, ...] = ("DDP", "FSDP")
 FSDP_SHARDING_STRATEGIES: tuple[str, ...] = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 FSDP_VERSIONS: tuple[int, ...] = (1, 2)
 PADDINGS: tuple[str, ...] = ("max_length", "longest", "packed")
+ATTENTION: tuple[str, ...] = ("eager", "sdpa", "flash_attention_2")
+PRECISIONS: tuple[str, ...] = ("mixed", "pure_bf16")
+OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "adafactor")
+LIGER_MODEL_TYPES = frozenset(
+    [
+        "deepseek_v3",
+        "deepseek_v4",
+        "exaone4",
+        "falcon_h1",
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3_text",
+        "gemma4",
+        "gemma4_text",
+        "glm4",
+        "glm4v",
+        "glm4v_moe",
+        "gpt_oss",
+        "granite",
+        "hunyuan_v1_dense",
+        "hunyuan_v1_moe",
+        "internvl",
+        "llama",
+        "llama4",
+        "llama4_text",
+        "llava",
+        "ministral",
+        "mistral",
+        "mixtral",
+        "mllama",
+        "mllama_text_model",
+        "muse_glimmer",
+        "nemotron",
+        "olmo2",
+        "olmo3",
+        "paligemma",
+        "phi3",
+        "pixtral",
+        "qwen2",
+        "qwen2_5_vl",
+        "qwen2_5_vl_text",
+        "qwen2_vl",
+        "qwen2_vl_text",
+        "qwen3",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_5_moe_text",
+        "qwen3_5_text",
+        "qwen3_moe",
+        "qwen3_next",
+        "qwen3_vl",
+        "qwen3_vl_moe",
+        "qwen3_vl_moe_text",
+        "qwen3_vl_text",
+        "smollm3",
+        "smolvlm",
+    ]
+)
+"""The model types Liger Kernel patches (the keys of ``MODEL_TYPE_TO_APPLY_LIGER_FN`` in
+liger-kernel's ``transformers/monkey_patch.py``, 2026-11): copied, because liger-kernel needs
+triton and CUDA, so the machine that validates a study may not have it. The worker reads the
+installed package's own table."""
 SHARDING = Axis("ordered", ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"))
 """The sharding strategies by memory per device, least first (each step up gathers more);
 HYBRID_SHARD is compared only with itself. By speed the order is the same: less sharding, fewer
@@ -56,6 +122,13 @@ FSDP = Condition(
     needs="distributed_backend FSDP",
     never="distributed_backend is never FSDP",
     may="distributed_backend can be FSDP",
+)
+CHECKPOINTING = Condition(
+    parent="gradient_checkpointing",
+    test=lambda on: bool(on),
+    needs="gradient_checkpointing true",
+    never="gradient_checkpointing is never true",
+    may="gradient_checkpointing can be true",
 )
 LORA = Condition(
     parent="method",
@@ -95,19 +168,15 @@ def _sharding_speed(a: Config, b: Config) -> bool:
     return SHARDING.at_least(_strategy(a), _strategy(b))
 
 
+def _checkpointed(c: Config) -> str:
+    fraction = getattr(c, "checkpoint_fraction", 1.0)
+    return "on" if fraction == 1.0 else f"{fraction:g}"
+
+
 def _backend_label(value: str, c: Config) -> str:
     if c.number_gpus <= 1:
         return "single"
     return f"FSDP{c.fsdp_version}/{c.fsdp_sharding_strategy}" if value == "FSDP" else value
-
-
-def _optimizer(v: Any) -> str | None:
-    from transformers.training_args import OptimizerNames
-
-    known = [o.value for o in OptimizerNames]
-    if v in known:
-        return None
-    return f"{v!r} is not a transformers optimizer (TrainingArguments.optim){did_you_mean(str(v), known)}"
 
 
 _DECLARED = (
@@ -196,7 +265,7 @@ _DECLARED = (
         speed=Axis("decreasing"),
         trade=True,
         feature="checkpointing",
-        label=lambda v, c: f"ckpt={'on' if v else 'off'}",
+        label=lambda v, c: f"ckpt={_checkpointed(c) if v else 'off'}",
     ),
     Knob(
         name="model_max_length",
@@ -230,12 +299,16 @@ _DECLARED = (
         name="optim",
         kind="str",
         default="adamw_torch",
-        check=any_value,
-        check_transformers=_optimizer,
-        doc="TrainingArguments.optim",
+        check=one_of(OPTIMIZERS),
+        doc="the optimizer (TrainingArguments.optim): adamw_torch, adamw_torch_fused (one kernel for "
+        "all parameters), adamw_bnb_8bit (8-bit states; CUDA and bitsandbytes) or adafactor "
+        "(factored second moments, no first moment)",
+        memory=Axis("ordered", ("adafactor", "adamw_bnb_8bit", ("adamw_torch", "adamw_torch_fused"))),
+        speed=Axis("ordered", ("adamw_torch", "adamw_torch_fused")),
         feature=None,
-        label=lambda v, c: None,
+        label=lambda v, c: None if v == "adamw_torch" else v,
         training_args="optim",
+        needs={"adamw_bnb_8bit": Needs(cuda=True, module="bitsandbytes")},
     ),
     Knob(
         name="torch_compile",
@@ -257,6 +330,72 @@ _DECLARED = (
         memory=Axis("ordered", ("packed", "longest", "max_length")),
         speed=Axis("ordered", ("max_length", "longest", "packed")),
         data_option="padding",
+    ),
+    Knob(
+        name="attn_implementation",
+        kind="str",
+        default="sdpa",
+        check=one_of(ATTENTION),
+        doc="the attention kernel: eager (plain matmuls and softmax), sdpa (torch's "
+        "scaled_dot_product_attention) or flash_attention_2 (CUDA and the flash_attn package)",
+        memory=Axis("ordered", (("flash_attention_2", "sdpa"), "eager")),
+        speed=Axis("ordered", ("eager", "sdpa", "flash_attention_2")),
+        label=lambda v, c: None if v == "sdpa" else {"eager": "attn=eager"}.get(v, "flash2"),
+        model_kwarg="attn_implementation",
+        needs={"flash_attention_2": Needs(cuda=True, module="flash_attn")},
+    ),
+    Knob(
+        name="precision",
+        kind="str",
+        default="mixed",
+        check=one_of(PRECISIONS),
+        doc="mixed: float32 weights, gradients and optimizer states, computed in the workload's "
+        "torch_dtype on CUDA (float32 on the CPU); pure_bf16: bfloat16 weights, gradients and "
+        "optimizer states",
+        memory=Axis("ordered", ("pure_bf16", "mixed")),
+        speed=Axis("ordered", ("mixed", "pure_bf16")),
+        label=lambda v, c: "bf16" if v == "pure_bf16" else None,
+    ),
+    Knob(
+        name="liger_kernel",
+        kind="bool",
+        default=False,
+        doc="Liger Kernel's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross entropy) patched into "
+        "the model (CUDA, the liger_kernel package and a model type it supports)",
+        memory=Axis("decreasing"),
+        speed=Axis("increasing"),
+        label=lambda v, c: "liger" if v else None,
+        needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
+    ),
+    Knob(
+        name="checkpoint_fraction",
+        kind="float",
+        default=1.0,
+        check=fraction,
+        when=CHECKPOINTING,
+        inactive=1.0,
+        doc="the fraction of decoder layers checkpointed, spread evenly over the stack (selective "
+        "activation checkpointing; only when gradient_checkpointing)",
+        memory=Axis("decreasing"),
+        speed=Axis("decreasing"),
+        feature="checkpointing",
+        label=lambda v, c: None,  # in gradient_checkpointing's: ckpt=0.5
+    ),
+    Knob(
+        name="fsdp_cpu_offload",
+        kind="bool",
+        default=False,
+        when=FSDP,
+        inactive=False,
+        doc="FSDP keeps parameters, gradients and optimizer states in host memory and the "
+        "optimizer steps on the CPU (only with FSDP)",
+        memory=Axis("decreasing"),
+        speed=Axis("decreasing"),
+        feature="backend",
+        label=lambda v, c: "offload" if v else None,
+        # accelerate's offload policy moves states between host and an accelerator: on the CPU
+        # it fails ("Cannot access accelerator device when none is available")
+        needs={True: Needs(cuda=True)},
     ),
 )
 
@@ -325,8 +464,8 @@ GPUs matter only under sharding). How to add one: [architecture.md](architecture
 def reference() -> str:
     """The knobs as a Markdown page (``docs/knobs.md`` is this, checked by a test)."""
     rows = [
-        "| knob | kind | default | applies | memory | reaches the run as | what it is |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| knob | kind | default | applies | memory | reaches the run as | needs | what it is |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for k in knobs():
         default = "required" if k.required and k.default_from is None else _shown(k)
@@ -341,8 +480,18 @@ def reference() -> str:
             if k.data_option
             else "the worker"
         )
-        rows.append(f"| `{k.name}` | {k.kind} | {default} | {applies} | {memory} | {reach} | {k.doc} |")
+        needs = "; ".join(f"`{v}`: {_needs_text(n)}" for v, n in k.needs.items()) or "-"
+        rows.append(
+            f"| `{k.name}` | {k.kind} | {default} | {applies} | {memory} | {reach} | {needs} | {k.doc} |"
+        )
     return REFERENCE_HEAD + "\n".join(rows) + "\n"
+
+
+def _needs_text(n: Needs) -> str:
+    parts = ["CUDA"] if n.cuda else []
+    parts += [f"the `{n.module}` package"] if n.module else []
+    parts += ["a model type it supports"] if n.model_types is not None else []
+    return ", ".join(parts)
 
 
 def _shown(k: Knob) -> str:

@@ -107,13 +107,17 @@ def parse_domain(raw: Any, *, kind: str) -> Domain:
 
     Args:
         raw: The YAML value.
-        kind: ``"int"``, ``"bool"`` or ``"str"``: the type every value must have.
+        kind: ``"int"``, ``"float"``, ``"bool"`` or ``"str"``: the type every value must have.
     """
 
     def check(value: Any) -> Value:
         if kind == "int":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{value!r} is not an integer")
+        elif kind == "float":
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ValueError(f"{value!r} is not a number")
+            return float(value)
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError(f"{value!r} is not true/false")

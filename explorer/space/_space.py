@@ -26,8 +26,13 @@ __all__ = ["SearchSpace", "facts_of", "parameter_domain"]
 
 
 def facts_of(workload: WorkloadSpec) -> dict[str, Any]:
-    """The workload's facts that a knob's condition may name (``method``: ``full`` or ``lora``)."""
-    return {"method": workload.method.kind}
+    """The workload's facts that a knob's condition may name (``method``: ``full`` or ``lora``)
+    or its needs read (``model_type``: of an architecture; ``None`` for a model path, whose
+    type the worker learns)."""
+    return {
+        "method": workload.method.kind,
+        "model_type": (workload.model.architecture or {}).get("model_type"),
+    }
 
 
 @dataclass(frozen=True)
@@ -40,23 +45,37 @@ class SearchSpace:
 
     @classmethod
     def from_raw(
-        cls, raw: Any, *, file: str, workload: WorkloadSpec, check_transformers: bool = False
+        cls,
+        raw: Any,
+        *,
+        file: str,
+        workload: WorkloadSpec,
+        check_transformers: bool = False,
+        device: str | None = None,
     ) -> SearchSpace:
         """Validate a search-space mapping (``{parameters: {...}}``) and fill in defaults.
 
         Args:
-            check_transformers: also run the checks that import transformers (the optimizer
-                names), a few seconds.
+            check_transformers: also run the checks that import transformers, a few seconds.
+            device: the resources' device (``cpu``, ``cuda``; ``auto``/``None``: not known):
+                a value that needs another is refused (:attr:`Knob.needs`).
 
         Raises:
             SpecError: naming ``file`` and the offending field.
         """
         params = _parameters(raw, file)
+        facts = facts_of(workload)
         domains = {
-            str(name): parameter_domain(str(name), value, file=file, check_transformers=check_transformers)
+            str(name): parameter_domain(
+                str(name),
+                value,
+                file=file,
+                check_transformers=check_transformers,
+                device=device,
+                model_type=facts["model_type"],
+            )
             for name, value in params.items()
         }
-        facts = facts_of(workload)
         for k in knobs():
             _complete(k, domains, facts, workload, file)
         return cls(domains=domains, facts=facts)
@@ -134,13 +153,22 @@ def _parameters(raw: Any, file: str) -> dict[Any, Any]:
 
 
 def parameter_domain(
-    name: str, value: Any, *, file: str, check_transformers: bool, field: str | None = None
+    name: str,
+    value: Any,
+    *,
+    file: str,
+    check_transformers: bool,
+    field: str | None = None,
+    device: str | None = None,
+    model_type: str | None = None,
 ) -> Domain:
-    """The domain of parameter ``name`` (a YAML value), every value checked against its knob.
+    """The domain of parameter ``name`` (a YAML value), every value checked against its knob
+    and against what it needs of ``device`` and ``model_type`` (``None``: not known).
 
     Raises:
         SpecError: at ``field`` (default ``parameters.<name>``): an unknown knob (with a did you
-            mean), a malformed domain, a value of the wrong kind, or one the knob's checks refuse.
+            mean), a malformed domain, a value of the wrong kind, one the knob's checks refuse,
+            or one the device or model cannot run.
     """
     field_ = field or f"parameters.{name}"
     names = [k.name for k in knobs()]
@@ -159,6 +187,8 @@ def parameter_domain(
         problem = k.check(v)
         if problem is None and check_transformers and k.check_transformers is not None:
             problem = k.check_transformers(v)
+        if problem is None:
+            problem = k.unmet(v, device=device, model_type=model_type)
         if problem:
             raise SpecError(file=file, field=field_, problem=problem)
     return domain

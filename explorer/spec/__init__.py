@@ -4,6 +4,7 @@
 from explorer.spec._load import LoadedStudy, read_yaml
 from explorer.spec._models import (
     FAULT_KINDS,
+    SYNTHETIC_PRESETS,
     DatasetSpec,
     DurationSpec,
     FaultKind,
@@ -15,6 +16,7 @@ from explorer.spec._models import (
     ResourcesSpec,
     SamplerSpec,
     StudySpec,
+    SyntheticPreset,
     WorkloadSpec,
 )
 
@@ -32,6 +34,8 @@ __all__ = [
     "ResourcesSpec",
     "SamplerSpec",
     "StudySpec",
+    "SYNTHETIC_PRESETS",
+    "SyntheticPreset",
     "WorkloadSpec",
     "read_yaml",
 ]

@@ -8,6 +8,7 @@ import contextlib
 import copy
 import dataclasses
 import inspect
+import json
 import logging
 import math
 import os
@@ -287,8 +288,14 @@ def model_path_of(spec: StudySpec, label: str, base: Path, *, check_model: bool)
     raise SpecError(file=label, field=field, problem=f"{model.path} does not exist")
 
 
-def dataset_path_of(spec: StudySpec, label: str, base: Path) -> Path | None:
-    """The JSONL file of a ``jsonl`` dataset (``None`` for synthetic data)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+"""Files of which a model folder holds at least one when ``AutoTokenizer`` can load a tokenizer
+from it (fast, sentencepiece, BPE or WordPiece; a remote-code tokenizer has its config)."""
+
+
+def dataset_path_of(spec: StudySpec, label: str, base: Path, *, model_path: str | None) -> Path | None:
+    """The JSONL file of a ``jsonl`` dataset (``None`` for synthetic data); a local model folder
+    (``model_path``) must hold the tokenizer that reads it (a hub id is not looked up)."""
     if spec.workload.dataset.kind != "jsonl":
         return None
     path = resolve_path(base, spec.workload.dataset.path or "")
@@ -299,7 +306,35 @@ def dataset_path_of(spec: StudySpec, label: str, base: Path) -> Path | None:
             problem=f"{spec.workload.dataset.path} "
             + ("is a folder; give a JSONL file" if path.is_dir() else "does not exist"),
         )
+    _check_first_record(spec, label, path)
+    folder = Path(model_path) if model_path else None
+    if folder is not None and folder.is_dir() and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise SpecError(
+            file=label,
+            field="workload.model.path",
+            problem=f"{spec.workload.model.path} has no tokenizer ({', '.join(TOKENIZER_FILES[:2])}, ...), "
+            "which the jsonl dataset needs",
+        )
     return path
+
+
+def _check_first_record(spec: StudySpec, label: str, path: Path) -> None:
+    """The JSONL file's first entry is a JSON object with the text field (the rest is read by the
+    trial)."""
+    field, text_field = "workload.dataset.text_field", spec.workload.dataset.text_field
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        first = next((line for line in fh if line.strip()), None)
+    if first is None:
+        raise SpecError(file=label, field="workload.dataset.path", problem=f"{path.name} has no entries")
+    try:
+        record = json.loads(first)
+    except json.JSONDecodeError as exc:
+        problem = f"the first entry of {path.name} is not JSON: {exc}"
+        raise SpecError(file=label, field="workload.dataset.path", problem=problem) from None
+    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+        keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
+        problem = f"the first entry of {path.name} has no text field {text_field!r} (it has: {keys})"
+        raise SpecError(file=label, field=field, problem=problem)
 
 
 def storage_and_run_folder(

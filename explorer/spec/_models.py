@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from explorer.errors import did_you_mean
 
 __all__ = [
     "DatasetSpec",
     "FAULT_KINDS",
+    "LENGTH_DEFAULTS",
+    "SYNTHETIC_PRESETS",
     "DurationSpec",
     "FaultKind",
     "FaultSpec",
@@ -20,6 +36,7 @@ __all__ = [
     "ResourcesSpec",
     "SamplerSpec",
     "StudySpec",
+    "SyntheticPreset",
     "WorkloadSpec",
 ]
 
@@ -50,10 +67,44 @@ HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MAX_NAME_LENGTH = 128
 """Longest study name: ``<name>.db-journal`` and the like must fit a file name (255 bytes)."""
 
-# ado's synthetic dataset ids (seed 001): entries x minimum tokens per entry.
-SYNTHETIC_PRESETS: dict[str, tuple[int, int]] = {
-    "news-tokens-16384plus-entries-4096": (4096, 16384),
+LengthDistribution = Literal["uniform", "lognormal"]
+"""How synthetic entry lengths are drawn between ``min_tokens`` and ``max_tokens``."""
+
+
+@dataclass(frozen=True)
+class SyntheticPreset:
+    """A named synthetic dataset: the :class:`DatasetSpec` fields it sets."""
+
+    entries: int
+    min_tokens: int
+    max_tokens: int | None = None
+    """``None``: every entry is ``min_tokens`` long (and a study may set ``max_tokens`` itself)."""
+    lengths: LengthDistribution = "uniform"
+    median_tokens: int | None = None
+    sigma: float | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The dataset fields the preset sets (a ``None`` is left to the study)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+SYNTHETIC_PRESETS: dict[str, SyntheticPreset] = {
+    # ado's synthetic dataset id (seed 001): 4096 entries of 16384 tokens each.
+    "news-tokens-16384plus-entries-4096": SyntheticPreset(entries=4096, min_tokens=16384),
+    # Single-turn instruction data (Alpaca- or Dolly-like prompt + response): half of it 170-375 tokens.
+    "instruction-short": SyntheticPreset(
+        entries=4096, min_tokens=100, max_tokens=800, lengths="lognormal", median_tokens=250, sigma=0.6
+    ),
+    # Multi-turn chat data (ShareGPT-like conversations): half of it 640-1650 tokens, a long tail.
+    "instruction-long": SyntheticPreset(
+        entries=4096, min_tokens=256, max_tokens=4096, lengths="lognormal", median_tokens=1024, sigma=0.7
+    ),
 }
+"""Named synthetic datasets, for ``dataset.preset``."""
+
+LENGTH_DEFAULTS: dict[str, Any] = {"lengths": "uniform", "median_tokens": None, "sigma": None}
+"""The length-distribution fields at their defaults: left out of a dump (so a study written before
+they existed keeps its store key, :func:`explorer.store.workload_key`)."""
 
 
 class _Spec(BaseModel):
@@ -96,46 +147,120 @@ class ModelSpec(_Spec):
 
 
 class DatasetSpec(_Spec):
-    """Training data: a synthetic token generator or a JSONL file with a text field."""
+    """Training data: a synthetic token generator or a JSONL file with a text field.
+
+    A synthetic entry's length (before truncation at the sequence length) lies in ``[min_tokens,
+    max_tokens]``, drawn as ``lengths`` says: ``uniform`` (every length equally likely), or
+    ``lognormal`` (``median_tokens * exp(sigma * z)``, ``z`` standard normal, rounded and clipped to
+    the bounds: the right-skewed shape of instruction and chat data). Each entry's length depends
+    on ``seed`` and its index only (:func:`explorer.worker._data.entry_length`). A ``preset`` sets
+    these fields at once (:data:`SYNTHETIC_PRESETS`); a field given beside it must agree with it.
+    """
 
     kind: Literal["synthetic", "jsonl"] = "synthetic"
     preset: str | None = None
-    """Synthetic only: an ado dataset id such as ``news-tokens-16384plus-entries-4096``."""
+    """Synthetic only: a named dataset (:data:`SYNTHETIC_PRESETS`): ado's
+    ``news-tokens-16384plus-entries-4096``, ``instruction-short`` or ``instruction-long``."""
     entries: PositiveInt = 4096
     """Synthetic only: number of entries."""
     min_tokens: PositiveInt = 16384
     """Synthetic only: shortest entry, in tokens."""
     max_tokens: PositiveInt | None = None
     """Synthetic only: longest entry (defaults to ``min_tokens``: all entries equally long)."""
+    lengths: LengthDistribution = "uniform"
+    """Synthetic only: how entry lengths are drawn: ``uniform`` (the default) or ``lognormal``
+    (needs ``median_tokens``, ``sigma`` and a ``max_tokens`` above ``min_tokens``)."""
+    median_tokens: PositiveInt | None = None
+    """``lengths: lognormal``: the median entry length, in tokens, within [min_tokens, max_tokens]."""
+    sigma: Annotated[float, Field(gt=0, le=3, strict=True)] | None = None
+    """``lengths: lognormal``: the standard deviation of the log length (0.6: half the entries
+    within x0.67..x1.5 of the median, 95% within x0.31..x3.2, before clipping)."""
     seed: Int = 0
+    """Synthetic only: the seed of the entry lengths."""
     path: NonEmptyStr | None = None
     """JSONL only: the file (relative paths are relative to the study file)."""
     text_field: NonEmptyStr = "output"
     """JSONL only: the field holding the text (ado's ``dataset_text_field``)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        """Fill in a known preset's fields; refuse a field given beside it that says otherwise."""
+        if not isinstance(data, dict) or not isinstance(data.get("preset"), str):
+            return data
+        preset = SYNTHETIC_PRESETS.get(data["preset"])
+        if preset is None:
+            return data  # refused by _check, with the known names
+        for key, value in preset.fields().items():
+            if key in data and data[key] != value:
+                raise ValueError(
+                    f"preset {data['preset']!r} sets {key} to {value}, not {data[key]!r}: "
+                    f"leave {key} out, or the preset"
+                )
+        return {**data, **preset.fields()}
+
+    @field_validator("median_tokens", "sigma")
+    @classmethod
+    def _lognormal_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return value
+        lengths = info.data.get("lengths")
+        if lengths != "lognormal":
+            raise ValueError(f"only for lengths: lognormal (lengths is {lengths!r})")
+        lo, hi = info.data.get("min_tokens"), info.data.get("max_tokens")
+        bounded = info.field_name == "median_tokens" and lo is not None and hi is not None and lo <= hi
+        if bounded and not lo <= value <= hi:
+            raise ValueError(f"{value} is outside [min_tokens, max_tokens] = [{lo}, {hi}]")
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> DatasetSpec:
-        if self.kind == "jsonl" and not self.path:
-            raise ValueError("a jsonl dataset needs 'path'")
+        if self.kind == "jsonl":
+            self._check_jsonl()
         if self.kind == "synthetic" and self.path:
             raise ValueError("'path' is for kind: jsonl")
         if self.preset is not None and self.preset not in SYNTHETIC_PRESETS:
-            raise ValueError(f"unknown preset {self.preset!r}; known: {sorted(SYNTHETIC_PRESETS)}")
+            hint = did_you_mean(self.preset, SYNTHETIC_PRESETS)
+            raise ValueError(f"unknown preset {self.preset!r}{hint}; known: {', '.join(SYNTHETIC_PRESETS)}")
         if self.max_tokens is not None and self.max_tokens < self.min_tokens:
             raise ValueError("max_tokens is smaller than min_tokens")
+        if self.lengths == "lognormal":
+            if self.median_tokens is None or self.sigma is None:
+                raise ValueError("lengths: lognormal needs median_tokens and sigma")
+            if self.resolved_max_tokens == self.min_tokens:
+                raise ValueError("lengths: lognormal needs a max_tokens above min_tokens")
         return self
+
+    def _check_jsonl(self) -> None:
+        if not self.path:
+            raise ValueError("a jsonl dataset needs 'path'")
+        defaults = type(self).model_fields
+        synthetic = ("preset", "entries", "min_tokens", "max_tokens", *LENGTH_DEFAULTS)
+        given = [key for key in synthetic if getattr(self, key) != defaults[key].default]
+        if given:
+            raise ValueError(f"'{given[0]}' is for kind: synthetic (a jsonl file has its own entries)")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """The fields, less the length-distribution ones at their defaults (:data:`LENGTH_DEFAULTS`)."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key, default in LENGTH_DEFAULTS.items():
+                if key in data and data[key] == default:
+                    del data[key]
+        return data
 
     @property
     def resolved_entries(self) -> int:
-        return SYNTHETIC_PRESETS[self.preset][0] if self.preset else self.entries
+        return self.entries
 
     @property
     def resolved_min_tokens(self) -> int:
-        return SYNTHETIC_PRESETS[self.preset][1] if self.preset else self.min_tokens
+        return self.min_tokens
 
     @property
     def resolved_max_tokens(self) -> int:
-        return self.max_tokens or self.resolved_min_tokens
+        return self.max_tokens or self.min_tokens
 
 
 class MethodSpec(_Spec):
@@ -164,7 +289,10 @@ class WorkloadSpec(_Spec):
     @model_validator(mode="after")
     def _tokenizer_for_text(self) -> WorkloadSpec:
         if self.dataset.kind == "jsonl" and self.model.path is None:
-            raise ValueError("a jsonl dataset needs a tokenizer: give model.path, not an architecture")
+            raise ValueError(
+                "a jsonl dataset is read with the model's tokenizer: give model.path (a hub id, or a "
+                "folder with config.json and a tokenizer, such as studies/local-model), not an architecture"
+            )
         return self
 
 

@@ -13,6 +13,7 @@ each of its tokens is a dataset token.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,23 @@ PAD_ID = 0
 
 
 def entry_length(spec: DatasetSpec, index: int) -> int:
-    """Untruncated length, in tokens, of synthetic entry ``index`` (deterministic in the seed)."""
+    """Untruncated length, in tokens, of synthetic entry ``index``: drawn from a generator seeded
+    by the dataset's seed and the index alone (the same entry always has the same length,
+    whichever rank or step reads it), as ``spec.lengths`` says.
+
+    * ``uniform``: an integer in ``[min_tokens, max_tokens]``, each equally likely;
+    * ``lognormal``: ``round(median_tokens * exp(sigma * z))`` with ``z`` standard normal, clipped
+      to ``[min_tokens, max_tokens]`` (clipping moves no length across the median, which stays
+      ``median_tokens``).
+    """
     lo, hi = spec.resolved_min_tokens, spec.resolved_max_tokens
     if lo == hi:
         return lo
     g = torch.Generator().manual_seed(spec.seed * 1_000_003 + index)
+    if spec.lengths == "lognormal":
+        assert spec.median_tokens is not None and spec.sigma is not None  # the spec checks it
+        z = float(torch.randn((), generator=g))
+        return min(hi, max(lo, round(spec.median_tokens * math.exp(spec.sigma * z))))
     return int(torch.randint(lo, hi + 1, (1,), generator=g))
 
 
@@ -48,7 +61,8 @@ def pad_item(ids: torch.Tensor, max_length: int) -> dict[str, torch.Tensor]:
 
 
 class SyntheticTokens(Dataset[dict[str, torch.Tensor]]):
-    """ado-style synthetic entries (e.g. ``news-tokens-16384plus-entries-4096``), made on the fly.
+    """Synthetic entries (a preset such as ado's ``news-tokens-16384plus-entries-4096`` or
+    ``instruction-short``, or the spec's own lengths), made on the fly.
 
     Token ids are deterministic and lie in ``[1, vocab_size)``; only their count matters for
     throughput.

@@ -30,8 +30,10 @@ def build_model(
     method: MethodSpec,
     init_device: torch.device | None = None,
     options: dict[str, Any] | None = None,
+    dtype: torch.dtype = torch.float32,
 ) -> Any:
-    """A causal LM in float32 (mixed precision, if any, is applied by the Trainer).
+    """A causal LM, its weights in ``dtype``: float32 for mixed precision (which the Trainer
+    applies), bfloat16 for pure bf16 training.
 
     Args:
         init_device: build random weights directly there (a GPU initialises a few hundred million
@@ -45,12 +47,12 @@ def build_model(
     torch.manual_seed(0)
     if spec.weights == "pretrained":
         model: Any = AutoModelForCausalLM.from_pretrained(
-            str(path), dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **(options or {})
+            str(path), dtype=dtype, trust_remote_code=spec.trust_remote_code, **(options or {})
         )
     else:
         with torch.device(init_device or "cpu"):
             model = AutoModelForCausalLM.from_config(
-                config, dtype=torch.float32, trust_remote_code=spec.trust_remote_code, **(options or {})
+                config, dtype=dtype, trust_remote_code=spec.trust_remote_code, **(options or {})
             )
     # training keeps no KV cache: it would only cost memory, and with one a packed row's attention
     # mask is not built from its position ids (entries would attend across their boundaries)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from explorer.spec import MeasurementSpec
 
-__all__ = ["Decision", "decide", "relative_ci", "steady_warmup", "t_quantile_975"]
+__all__ = ["Decision", "decide", "relative_ci", "steady_warmup", "t_quantile_975", "warmup_at_least"]
 
 # Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
 _T975 = (
@@ -82,6 +82,21 @@ def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decisio
     if ends[-1] - begin >= spec.max_seconds:
         return Decision(warmup=w, stop=True, reason="max_seconds")
     return Decision(warmup=w, stop=False)
+
+
+def warmup_at_least(spec: MeasurementSpec, steps: int, *, start: float, ends: list[float]) -> MeasurementSpec:
+    """``spec`` with a warmup of at least the first ``steps`` steps (the steps in which torch.compile
+    compiled: compile time belongs in the warmup, never in the measured window).
+
+    A step-counted warmup grows to ``steps``; ``warmup_then_stable``'s warmup in seconds grows to the
+    end of step ``steps``. ``spec`` itself when its warmup already covers them.
+    """
+    if steps <= 0:
+        return spec
+    if spec.rule == "warmup_then_stable":
+        through = ends[steps - 1] - start
+        return spec if through <= spec.warmup_seconds else spec.model_copy(update={"warmup_seconds": through})
+    return spec if steps <= spec.warmup_steps else spec.model_copy(update={"warmup_steps": steps})
 
 
 def _durations(start: float, ends: list[float]) -> list[float]:

@@ -15,7 +15,8 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from explorer.spec import MeasurementSpec
-from explorer.worker._stopping import Decision, decide
+from explorer.worker._compile import compile_count, compiling_steps
+from explorer.worker._stopping import Decision, decide, warmup_at_least
 
 __all__ = ["CountingTrainer", "StepClock", "StepLog"]
 
@@ -31,6 +32,8 @@ class StepLog:
     dataset_tokens: list[int] = field(default_factory=list)
     train_tokens: list[int] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    compiles: list[int] = field(default_factory=list)
+    """Compiled trials: graphs dynamo compiled from the start of step 1 to the end of step i."""
     # running totals, updated per micro-batch
     run_dataset_tokens: int = 0
     run_train_tokens: int = 0
@@ -86,17 +89,23 @@ def _sync(device: torch.device) -> None:
 class StepClock(TrainerCallback):
     """Records step boundaries and applies the stop rule after every optimizer step.
 
-    Rank 0's decision is all-reduced, so every rank stops after the same step.
+    Rank 0's decision is all-reduced, so every rank stops after the same step. ``compiled``: the
+    warmup also covers every step in which dynamo compiled, on any rank.
     """
 
-    def __init__(self, log: StepLog, *, device: torch.device, spec: MeasurementSpec) -> None:
+    def __init__(
+        self, log: StepLog, *, device: torch.device, spec: MeasurementSpec, compiled: bool = False
+    ) -> None:
         self.log = log
         self.device = device
         self.spec = spec
+        self.compiled = compiled
         self.decision = Decision(warmup=spec.warmup_steps, stop=False)
+        self._graphs_before = 0
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.log.start is None:
+            self._graphs_before = compile_count()
             _sync(self.device)
             self.log.start = time.perf_counter()
 
@@ -107,7 +116,14 @@ class StepClock(TrainerCallback):
         log.dataset_tokens.append(log.run_dataset_tokens)
         log.train_tokens.append(log.run_train_tokens)
         log.samples.append(log.run_samples)
-        decision = decide(self.spec, start=log.start or log.ends[0], ends=log.ends)
+        start = log.start or log.ends[0]
+        spec = self.spec
+        if self.compiled:
+            log.compiles.append(compile_count() - self._graphs_before)
+            steps = compiling_steps(log.compiles)
+            last = _max_over_ranks(steps[-1] if steps else 0, self.device)
+            spec = warmup_at_least(spec, last, start=start, ends=log.ends)
+        decision = decide(spec, start=start, ends=log.ends)
         if _agree(decision.stop, self.device):
             self.decision = Decision(warmup=decision.warmup, stop=True, reason=decision.reason or "rank 0")
             control.should_training_stop = True
@@ -121,7 +137,15 @@ def _agree(flag: bool, device: torch.device) -> bool:
 
     if not (dist.is_available() and dist.is_initialized()):
         return flag
-    mine = flag if dist.get_rank() == 0 else False
-    t = torch.tensor([1 if mine else 0], device=device if device.type == "cuda" else "cpu")
+    return bool(_max_over_ranks(1 if flag and dist.get_rank() == 0 else 0, device))
+
+
+def _max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest ``value`` of all ranks (``value`` itself in a one-process run)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    t = torch.tensor([value], device=device if device.type == "cuda" else "cpu")
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+    return int(t.item())

@@ -25,6 +25,7 @@ from explorer.job import TrialJob
 from explorer.knobs import run_options
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.trial_config import TrialConfig
+from explorer.worker._compile import compile_plan, compile_record, trained_model
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
 from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
@@ -91,8 +92,10 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     cuda = device_type == "cuda"
     distributed = c.number_gpus > 1
     if cuda:
-        kwargs["bf16"] = job.workload.torch_dtype == "bfloat16"
-        kwargs["fp16"] = job.workload.torch_dtype == "float16"
+        # mixed precision autocasts float32 weights; pure bf16 weights need no autocast
+        mixed = c.precision == "mixed"
+        kwargs["bf16"] = mixed and job.workload.torch_dtype == "bfloat16"
+        kwargs["fp16"] = mixed and job.workload.torch_dtype == "float16"
         kwargs["ddp_backend"] = "nccl" if distributed else None
     else:
         kwargs["use_cpu"] = True
@@ -106,7 +109,9 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
         fsdp_config: dict[str, Any] = {
             "version": c.fsdp_version,
             "transformer_layer_cls_to_wrap": layer_classes,
-            "activation_checkpointing": c.gradient_checkpointing,
+            # every layer: FSDP's checkpoint wrappers; some layers: the worker, layer by layer
+            "activation_checkpointing": c.gradient_checkpointing and c.checkpoint_fraction == 1.0,
+            "cpu_offload": c.fsdp_cpu_offload,
             # accelerate's sync_module_states needs an accelerator; every rank builds the same
             # seeded model anyway.
             "sync_module_states": cuda,
@@ -119,8 +124,8 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
         kwargs["fsdp"] = True
         kwargs["fsdp_config"] = fsdp_config
         gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
-    else:
-        gradient_checkpointing = c.gradient_checkpointing
+    else:  # some layers only: the worker checkpoints them itself (apply_selective_checkpointing)
+        gradient_checkpointing = c.gradient_checkpointing and c.checkpoint_fraction == 1.0
     # transformers renamed gradient_checkpointing to activation_checkpointing during 5.x
     # (5.17 knows only the old name, 5.23 warns about it); pass whichever this version has.
     ckpt = (
@@ -149,8 +154,9 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
+    from explorer.worker._apply import unmet_needs
     from explorer.worker._data import collator_for
-    from explorer.worker._model import build_model, decoder_layer_classes, load_config
+    from explorer.worker._model import decoder_layer_classes, load_config
     from explorer.worker._timing import CountingTrainer, StepClock, StepLog
 
     c = job.config
@@ -159,27 +165,20 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     cap = MemoryCap(int(cap_gib * GIB) if cap_gib else None, device)
     with tempfile.TemporaryDirectory(prefix="explorer-trainer-") as tmp:
         config = load_config(job.workload.model, job.model_path)
+        unmet_needs(c, device_type=device.type, model_type=getattr(config, "model_type", None))
         layers = decoder_layer_classes(config) if c.distributed_backend == "FSDP" else None
         args = training_arguments(job, device=device, output_dir=tmp, layer_classes=layers)
         _ = args.device  # initialises the process group (gloo / nccl)
         PHASES.mark("process_group")
         cap.mark_baseline()  # from here on, the model, its states and activations count
-        model = build_model(
-            job.workload.model,
-            job.model_path,
-            config,
-            lora_r=c.lora_r,
-            method=job.workload.method,
-            # every rank holds the whole model anyway (one process or DDP): build it on the GPU
-            init_device=device if device.type == "cuda" and c.distributed_backend != "FSDP" else None,
-            options=run_options(c, "model_kwarg"),
-        )
+        model, applied = _model(job, config, device)
         PHASES.mark("model_built")
         flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights
         parameters = _parameter_counts(model)
         dataset = _dataset(job, vocab_size=config.vocab_size)
         log = StepLog()
-        clock = StepClock(log, device=device, spec=job.measurement)
+        plan = compile_plan(c)  # before the Trainer: accelerate reads the shapes setting then
+        clock = StepClock(log, device=device, spec=job.measurement, compiled=plan is not None)
         callbacks: list[Any] = [clock]
         if job.fault is not None and job.fault.kind in WORKER_FAULTS:
             from explorer.worker._fault import FaultCallback
@@ -208,7 +207,9 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
                 sampler.stop()
         if log.ends:
             PHASES.at("first_step", log.ends[0])
-        extra = _extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None)
+        extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
+        if plan is not None:
+            extra["compile"] = compile_record(trainer, log.compiles, plan)
         window = clock.decision.warmup
         since = log.ends[window - 1] if window and len(log.ends) >= window else (log.start or 0.0)
         system = sampler.summary(since=since) if sampler is not None else {}
@@ -222,6 +223,42 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             flops=flops,
             system=system,
         )
+
+
+def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[str, Any]]:
+    """The model, the knobs the worker applies itself applied, and what they did."""
+    from explorer.worker._apply import model_dtype
+    from explorer.worker._model import build_model
+
+    c = job.config
+    model = build_model(
+        job.workload.model,
+        job.model_path,
+        config,
+        lora_r=c.lora_r,
+        method=job.workload.method,
+        # every rank holds the whole model anyway (one process or DDP): build it on the GPU
+        init_device=device if device.type == "cuda" and c.distributed_backend != "FSDP" else None,
+        options=run_options(c, "model_kwarg"),
+        dtype=model_dtype(c),
+    )
+    return model, _apply_knobs(model, c)
+
+
+def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
+    """Liger's kernels and selective checkpointing, applied to the model before the Trainer
+    wraps it; what was really applied, for the measurement's ``extra``."""
+    from explorer.worker._apply import apply_liger, apply_selective_checkpointing
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    applied: dict[str, Any] = {
+        "weights_dtype": str(next(base.parameters()).dtype).removeprefix("torch."),
+        "attention_in_model": getattr(base.config, "_attn_implementation", None),
+    }
+    applied.update(apply_liger(model, c))
+    if c.gradient_checkpointing and c.checkpoint_fraction < 1.0:
+        applied.update(apply_selective_checkpointing(model, c.checkpoint_fraction))
+    return applied
 
 
 def _dataset(job: TrialJob, *, vocab_size: int) -> Any:
@@ -263,7 +300,7 @@ def _extra(trainer: Any, model: Any, parameters: tuple[int, int], fingerprint: A
 
 def _checkpointing_active(trainer: Any) -> bool:
     """Whether activation checkpointing is really applied (HF flag, or FSDP checkpoint wrappers)."""
-    model = getattr(trainer, "model_wrapped", None) or trainer.model
+    model = trained_model(trainer)
     if any(
         type(m).__name__ == "CheckpointWrapper" or hasattr(m, "_checkpoint_wrapped_module")
         for m in model.modules()
@@ -281,7 +318,7 @@ def _checkpointing_active(trainer: Any) -> bool:
 
 def _describe_wrapper(trainer: Any) -> str:
     """Type of the model as trained (DDP, FullyShardedDataParallel, FSDP2 module, or plain)."""
-    wrapped = getattr(trainer, "model_wrapped", None) or trainer.model
+    wrapped = trained_model(trainer)
     name = type(wrapped).__name__
     from torch.distributed.fsdp import FSDPModule
 
@@ -318,7 +355,7 @@ def _flop_model(model: Any, config: Any, c: TrialConfig) -> FlopModel:
         hidden=int(text.hidden_size),
         seq_len=c.model_max_length,
         lora=c.lora_r is not None,
-        checkpointing=c.gradient_checkpointing,
+        checkpointing=c.checkpoint_fraction if c.gradient_checkpointing else 0.0,
     )
 
 
