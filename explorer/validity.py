@@ -14,7 +14,8 @@ __all__ = ["invalid_reason"]
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
     """Why ``config`` cannot run on ``resources``, or ``None`` if it may.
 
-    Rules from ado's SFTTrainer (seed 001, "Validation"), plus the limits of what FSDP2 can express.
+    Rules from ado's SFTTrainer (seed 001, "Validation"), plus the limits of what FSDP2 can express
+    (its sharding strategies; an optimizer whose states are not DTensors).
     """
     if config.batch_size < 1:
         return "batch_size is less than 1"
@@ -39,5 +40,10 @@ def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
         return (
             f"FSDP2 has no {config.fsdp_sharding_strategy}: accelerate's FSDP2 only reshards "
             "after forward (FULL_SHARD) or not (SHARD_GRAD_OP)"
+        )
+    if config.fsdp_version == 2 and config.optim == "adafactor":
+        return (
+            "optim adafactor cannot run under FSDP2: transformers' Adafactor keeps its factored "
+            "second moments as plain tensors, which FSDP2's sharded (DTensor) parameters refuse"
         )
     return None

@@ -136,3 +136,30 @@ def test_a_resumed_study_goes_on_with_its_walk(cpu, tmp_path):
     # the same five probes as a study that never stopped
     fresh = _run(cpu, n_trials=5, storage=optuna.storages.InMemoryStorage())
     assert [t.params for t in resumed[:5]] == [t.params for t in fresh[:5]]
+
+
+def test_a_configuration_that_failed_for_good_is_not_proposed_again(cpu, tmp_path):
+    """The walk's first probe is missing from the table (the replay answers it FAILED): it runs
+    once and is retried once, and then local search goes on elsewhere instead of probing it again."""
+    import csv
+
+    import optuna
+
+    first = _run(cpu, n_trials=1, storage=optuna.storages.InMemoryStorage())[0]
+    from explorer.study import config_of
+
+    key = config_of(first).key()
+    with open(CPU_TABLE, newline="") as f:
+        rows = list(csv.DictReader(f))
+    kept = [r for r in rows if r["identifier"] != key]
+    assert len(kept) < len(rows)
+    table = tmp_path / "without-first-probe.csv"
+    with open(table, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(kept)
+    holed = load_study(CPU_STUDY, replay_table=table)
+    trials = _run(holed, n_trials=4, storage=optuna.storages.InMemoryStorage())
+    runs = [t for t in trials if config_of(t).key() == key]
+    assert [t.user_attrs["status"] for t in runs] == ["retry", "failed"]
+    assert sum(t.user_attrs["status"] in ("ok", "oom") for t in trials) >= 2

@@ -150,7 +150,7 @@ NEW_KNOBS_SPACE = {
         "padding": {"choices": ["max_length", "packed"]},
         "attn_implementation": {"choices": ["eager", "sdpa"]},
         "precision": {"choices": ["mixed", "pure_bf16"]},
-        "optim": {"choices": ["adamw_torch", "adamw_torch_fused", "adafactor"]},
+        "optim": {"choices": ["adamw_torch", "adamw_torch_fused"]},  # adafactor: not under FSDP2
         "liger_kernel": False,
     }
 }

@@ -302,7 +302,7 @@ _DECLARED = (
         check=one_of(OPTIMIZERS),
         doc="the optimizer (TrainingArguments.optim): adamw_torch, adamw_torch_fused (one kernel for "
         "all parameters), adamw_bnb_8bit (8-bit states; CUDA and bitsandbytes) or adafactor "
-        "(factored second moments, no first moment)",
+        "(factored second moments, no first moment; not under FSDP2)",
         memory=Axis("ordered", ("adafactor", "adamw_bnb_8bit", ("adamw_torch", "adamw_torch_fused"))),
         speed=Axis("ordered", ("adamw_torch", "adamw_torch_fused")),
         feature=None,

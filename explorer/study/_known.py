@@ -30,14 +30,24 @@ class Known:
     """(configuration, objective value, trial number) of every measured feasible configuration."""
     peaks: dict[str, tuple[TrialConfig, float]] = field(default_factory=dict)
     """(configuration, measured per-device peak memory) of the feasible ones that report it."""
+    failed: set[str] = field(default_factory=set)
+    """Keys of the configurations that failed for good (their retries spent): local search and
+    ``explore`` propose them no more (the sampler may; a repeat then runs again)."""
 
     @classmethod
     def from_study(cls, study: optuna.Study) -> Known:
         known = cls()
         for t in study.get_trials(deepcopy=False):
-            if status_of(t) in ("ok", "oom") and not answered_without_running(t):
+            status = status_of(t)
+            if status in ("ok", "oom") and not answered_without_running(t):
                 known.learn(t, config_of(t))
+            elif status == "failed":
+                known.failed.add(config_of(t).key())
         return known
+
+    def answered(self) -> set[str]:
+        """Keys of the configurations with an answer: measured, stored, or failed for good."""
+        return set(self.measured) | self.failed
 
     def learn(self, trial: optuna.trial.FrozenTrial, config: TrialConfig) -> None:
         """Add a finished ok or oom trial that measured ``config``."""

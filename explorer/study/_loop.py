@@ -357,6 +357,8 @@ class Loop:
         status = record_outcome(self.study, flight.trial, measurement, retry=retry)
         if status in ("ok", "oom"):
             self._learn(flight, number, measurement)
+        elif status == "failed":
+            self.known.failed.add(flight.config.key())
         same = self.twins.pop(flight.config.key(), [])
         self._settle_twins(flight, number, status, retry, same)
         if retry and not same:

@@ -39,7 +39,7 @@ def propose_neighbour(
     trials = study.get_trials(deepcopy=False)
     if any(t.state.name == "WAITING" for t in trials):
         return  # an enqueued trial (grid, retry, resume, an earlier proposal) goes first
-    answered = set(known.measured) | {c.key() for c in busy}
+    answered = known.answered() | {c.key() for c in busy}
     # the walk probes only within the start-up trials, so at most `startup` probes exist and the
     # start ends by 2 * startup: past that, no need to read the probes back on every ask
     probes = [
@@ -97,7 +97,7 @@ def propose_unanswered(
 
     if study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return
-    taken = set(known.measured) | {c.key() for c in busy}
+    taken = known.answered() | {c.key() for c in busy}
     if not configs:  # the valid configurations of the space, enumerated once
         configs.extend(
             c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None
