@@ -19,12 +19,20 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+_STUDY_HELP = "the study file (YAML): workload, resources, search space, storage"
+_STORAGE_HELP = "an SQLAlchemy URL (sqlite:///..., postgresql://...) instead of the study file's storage"
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="explorer",
-        description="Find the fastest way to run an LLM fine-tuning job on given hardware.",
+        description="Find the fastest way to run an LLM fine-tuning job on given hardware: an Optuna "
+        "study over batch size, GPUs, sharding, checkpointing, padding and more, each trial a real "
+        "Hugging Face fine-tuning benchmark, maximizing dataset tokens per second per GPU.",
+        epilog="Start with `explorer validate STUDY.yaml`, then `explorer optimize STUDY.yaml`; "
+        "`explorer COMMAND --help` describes each command.",
     )
+    parser.add_argument("--version", action="version", version=f"explorer {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _optimize_arguments(sub)
     _measure_arguments(sub)
@@ -40,6 +48,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("explorer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from explorer import __version__
+
+        return __version__
+
+
 def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     opt = sub.add_parser(
         "optimize",
@@ -47,8 +66,8 @@ def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         description="Run the study in STUDY.yaml until n_trials trials are done. Running it again on "
         "the same storage continues the study; trials interrupted by a crash are re-run.",
     )
-    opt.add_argument("study", metavar="STUDY.yaml")
-    opt.add_argument("--storage", metavar="URL", help="SQLAlchemy URL; overrides the study file")
+    opt.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    opt.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     opt.add_argument("--n-trials", type=int, metavar="N", help="total trials; overrides the study file")
     opt.add_argument(
         "--reclaim-running",
@@ -65,12 +84,16 @@ def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "With --repeats K, also the stability of the configuration (f_gpu_oom, f_other_error, "
         "f_no_error) and the coefficient of variation of its throughput.",
     )
-    mea.add_argument("study", metavar="STUDY.yaml")
+    mea.add_argument(
+        "study", metavar="STUDY.yaml", help="the study file whose workload and resources are used"
+    )
     mea.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", help="a configuration field (repeatable)"
     )
     mea.add_argument("--config", metavar="FILE", help="a YAML mapping of configuration fields")
-    mea.add_argument("--repeats", type=int, default=1, metavar="K")
+    mea.add_argument(
+        "--repeats", type=int, default=1, metavar="K", help="measure the configuration K times (default 1)"
+    )
     mea.add_argument("--no-memory-cap", action="store_true", help="ignore the study's device_memory_gib")
     mea.add_argument("--json", metavar="PATH", help="also write every measurement as JSON lines")
 
@@ -79,21 +102,27 @@ def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.Argumen
     bench = sub.add_parser(
         "benchmark-search",
         help="replay a recorded table: how many trials each sampler needs to find its best",
-        description="Run the study against TABLE (a CSV in ado's export layout) REPEATS times per "
+        description="Run the study against TABLE (a CSV as `explorer export` writes it, or as ado, the "
+        "orchestrator whose SFTTrainer benchmark explorer grew from, exports one) REPEATS times per "
         "variant (default: explorer's TPE with local search and OOM inference; no-inference: without "
         "inference; no-priors: without the memory and throughput priors; cover-start: without the "
         "frontier walk; tpe-every-3: TPE every third trial; no-local-search: without local search; "
         "random; optuna: Optuna's TPE defaults) "
-        "and report the trials needed to reach 98%% of the table's best.",
+        "and report the trials needed to reach 98% of the table's best.",
     )
-    bench.add_argument("study", metavar="STUDY.yaml")
-    bench.add_argument("--table", required=True, metavar="CSV")
-    bench.add_argument("--repeats", type=int, default=20, metavar="R")
+    bench.add_argument("study", metavar="STUDY.yaml", help="the study whose space and sampler are replayed")
+    bench.add_argument(
+        "--table", required=True, metavar="CSV", help="the recorded table that answers every trial"
+    )
+    bench.add_argument(
+        "--repeats", type=int, default=20, metavar="R", help="runs per variant, seeds 0..R-1 (default 20)"
+    )
     bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
     bench.add_argument(
         "--variants",
         default="default,no-inference,no-priors,cover-start,tpe-every-3,no-local-search,random,optuna",
         metavar="LIST",
+        help="comma-separated variants to run (default: all of them)",
     )
     bench.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
 
@@ -101,11 +130,15 @@ def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.Argumen
 def _export_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp = sub.add_parser(
         "export",
-        help="write a study's trials as CSV or JSON (ado's show-entities columns; replayable)",
+        help="write a study's trials as CSV or JSON (one row a trial; replayable)",
+        description="Write every trial of the study, one row each: its configuration, status, measured "
+        "properties and reason. The columns are those of ado's `show entities` export (ado: the "
+        "orchestrator whose SFTTrainer benchmark explorer grew from), so the file can be replayed "
+        "by `explorer benchmark-search --table` or read by ado's tools.",
     )
-    exp.add_argument("study", metavar="STUDY.yaml")
-    exp.add_argument("--storage", metavar="URL")
-    exp.add_argument("--format", choices=["csv", "json"], default="csv")
+    exp.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    exp.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
+    exp.add_argument("--format", choices=["csv", "json"], default="csv", help="file format (default csv)")
     exp.add_argument("--out", metavar="PATH", help="default: <output_dir>/<study name>.<format>")
     exp.add_argument("--csv", metavar="PATH", help="the same as --format csv --out PATH")
 
@@ -119,8 +152,8 @@ def _report_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "DIR (default: <output_dir>/report) with an index.html, and attach the figures to the study "
         "as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
     )
-    rep.add_argument("study", metavar="STUDY.yaml")
-    rep.add_argument("--storage", metavar="URL")
+    rep.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    rep.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     rep.add_argument("--out", metavar="DIR", help="the report folder (default: <output_dir>/report)")
 
 
@@ -131,8 +164,8 @@ def _utilization_arguments(sub: argparse._SubParsersAction[argparse.ArgumentPars
         description="sum(gpus x (end - start)) / (G x (last end - first start)) over the stored "
         "trials, run by run (a replay study on its virtual clock, a Ray study on the wall clock).",
     )
-    use.add_argument("study", metavar="STUDY.yaml")
-    use.add_argument("--storage", metavar="URL")
+    use.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    use.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
 
 
 def _status_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -143,8 +176,8 @@ def _status_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "throughput, wall seconds and, for an infeasible or failed trial, the reason. The storage is "
         "opened read-only; nothing is created, and a running study is not disturbed.",
     )
-    sta.add_argument("study", metavar="STUDY.yaml")
-    sta.add_argument("--storage", metavar="URL")
+    sta.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    sta.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
 
 
 def _dashboard_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -154,8 +187,8 @@ def _dashboard_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser
         description="Start optuna-dashboard on the study's storage, with the artifact store in "
         "<output_dir>/artifacts; bound to 127.0.0.1 unless --host says otherwise. Ctrl-C stops it.",
     )
-    das.add_argument("study", metavar="STUDY.yaml")
-    das.add_argument("--storage", metavar="URL")
+    das.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    das.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     das.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     das.add_argument("--port", type=int, default=8080, metavar="N", help="default 8080")
 
@@ -168,8 +201,8 @@ def _best_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "launchers/accelerate), its TrainingArguments and a job file, print its measured figures, the "
         "runners-up within noise, and the torchrun / accelerate launch commands that train it.",
     )
-    best.add_argument("study", metavar="STUDY.yaml")
-    best.add_argument("--storage", metavar="URL")
+    best.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    best.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     best.add_argument("--out", metavar="DIR", help="folder for the files (default: <output_dir>/best)")
     best.add_argument(
         "--steps", type=int, default=20, metavar="N", help="measured steps the printed commands train for"
@@ -186,16 +219,25 @@ def _audit_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "written ahead on disk missing from the storage; no configuration measured twice; n_trials "
         "honoured; injected faults ended as defined. Exit status 1 if anything is wrong.",
     )
-    aud.add_argument("study", metavar="STUDY.yaml")
-    aud.add_argument("--storage", metavar="URL")
+    aud.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    aud.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     aud.add_argument("--json", action="store_true", help="print the audit as JSON")
 
 
 def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    val = sub.add_parser("validate", help="check a study file and its search space; write nothing")
-    val.add_argument("study", metavar="STUDY.yaml")
-    val.add_argument("--storage", metavar="URL")
-    val.add_argument("--n-trials", type=int, metavar="N")
+    val = sub.add_parser(
+        "validate",
+        help="check a study file and its search space; write nothing",
+        description="Check STUDY.yaml and its search space as `optimize` would (every field, every "
+        "parameter, the model and dataset files, the storage URL, the Ray address) and list each "
+        "parameter with its values. Nothing is created or written; a problem is one line naming the "
+        "file and field, with exit status 2.",
+    )
+    val.add_argument("study", metavar="STUDY.yaml", help="the study file to check")
+    val.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
+    val.add_argument(
+        "--n-trials", type=int, metavar="N", help="check with this n_trials instead of the file's"
+    )
     val.add_argument(
         "--offline",
         action="store_true",
