@@ -65,6 +65,10 @@ def load_study(
         check_transformers=check_model,
         device=spec.resources.device,
     )
+    if check_model and spec.workload.training_arguments:
+        from explorer.passthrough import check_training_arguments
+
+        check_training_arguments(spec.workload.training_arguments, file=label)
     model_path = model_path_of(spec, label, base, check_model=check_model)
     dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
     _refuse_all_invalid(spec, space, space_label)

@@ -285,6 +285,18 @@ class WorkloadSpec(_Spec):
     method: MethodSpec = Field(default_factory=MethodSpec)
     torch_dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     """Mixed-precision dtype on CUDA. The CPU path always trains in float32."""
+    training_arguments: dict[str, Any] = Field(default_factory=dict)
+    """Extra ``TrainingArguments`` fields for every trial (e.g. ``dataloader_num_workers: 2``),
+    checked against transformers' fields; those explorer decides are refused
+    (:mod:`explorer.passthrough`). Left out of a dump when empty, so a study without it keeps the
+    key its stored measurements were recorded under."""
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("training_arguments"):
+            data.pop("training_arguments", None)
+        return data
 
     @model_validator(mode="after")
     def _tokenizer_for_text(self) -> WorkloadSpec:

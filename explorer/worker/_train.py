@@ -135,7 +135,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     )
     kwargs[ckpt] = gradient_checkpointing
     kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
-    return dict(
+    out: dict[str, Any] = dict(
         per_device_train_batch_size=c.per_device_batch_size,
         learning_rate=1e-5,
         weight_decay=0.0,
@@ -147,9 +147,9 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
         report_to="none",
         disable_tqdm=True,
         seed=0,
-        **run_options(c, "training_args"),
-        **kwargs,
     )
+    out.update(job.workload.training_arguments)  # the study's own (never a field explorer decides)
+    return {**out, **run_options(c, "training_args"), **kwargs}
 
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
@@ -210,6 +210,9 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
         if plan is not None:
             extra["compile"] = compile_record(trainer, log.compiles, plan)
+        if job.workload.training_arguments:  # as the Trainer really holds them
+            held = trainer.args.to_dict()
+            extra["training_arguments"] = {k: held[k] for k in job.workload.training_arguments}
         window = clock.decision.warmup
         since = log.ends[window - 1] if window and len(log.ends) >= window else (log.start or 0.0)
         system = sampler.summary(since=since) if sampler is not None else {}
