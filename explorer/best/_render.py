@@ -22,8 +22,18 @@ __all__ = [
     "torchrun_command",
 ]
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "launchers" / "accelerate"
-"""The accelerate config templates (``${NAME}`` placeholders), in the source tree."""
+
+
+def _templates() -> Path:
+    """``launchers/accelerate``: in the source tree, or inside an installed package (the wheel
+    ships ``launchers/`` as ``explorer/launchers``)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "launchers" / "accelerate"
+    return installed if installed.is_dir() else package.parent / "launchers" / "accelerate"
+
+
+TEMPLATES = _templates()
+"""The accelerate config templates (``${NAME}`` placeholders)."""
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
 
@@ -101,12 +111,12 @@ def render_accelerate(
         templates: The folder of ``ddp.yaml``, ``fsdp1.yaml`` and ``fsdp2.yaml``.
 
     Raises:
-        FileNotFoundError: The templates are not there (explorer installed without its source tree).
+        FileNotFoundError: The templates are not there.
         ValueError: A placeholder is left, or the result is not a YAML mapping.
     """
     path = templates / template_for(config)
     if not path.is_file():
-        raise FileNotFoundError(f"accelerate template {path} not found (it ships in the source tree)")
+        raise FileNotFoundError(f"accelerate template {path} not found")
     values = accelerate_values(
         config, device_type=device_type, torch_dtype=torch_dtype, layer_classes=layer_classes
     )

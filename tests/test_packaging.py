@@ -1,0 +1,81 @@
+"""The wheel is whole: `pip install` it into a fresh virtual environment, away from the source
+tree, and `explorer best` still renders its accelerate config (the templates of launchers/ ship
+inside it as explorer/launchers)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_listed_packages_are_every_package():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "explorer").rglob("__init__.py")}
+    assert listed == found | {"explorer.launchers"}
+
+
+def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"{args}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def test_a_wheel_in_a_fresh_venv_runs_best_outside_the_source_tree(tmp_path):
+    """The fresh venv gets the wheel alone (--no-deps); its dependencies come from this
+    environment's site-packages through a .pth file, which Python reads for paths only (so the
+    editable install of this checkout is not seen there)."""
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-q",
+        "-w",
+        tmp_path / "dist",
+        ROOT,
+        cwd=tmp_path,
+    )
+    (wheel,) = (tmp_path / "dist").glob("explorer-*.whl")
+    venv = tmp_path / "venv"
+    _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
+    python = venv / "bin" / "python"
+    site = Path(
+        _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip()
+    )
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _run(python, "-m", "pip", "install", "--no-deps", "-q", wheel, cwd=tmp_path)
+
+    work = tmp_path / "work"
+    work.mkdir()
+    study = yaml.safe_load((ROOT / "studies" / "cpu-table.yaml").read_text())
+    study.update(
+        name="wheel",
+        sampler={"kind": "tpe", "seed": 0},
+        n_trials=4,
+        infer_oom=True,
+        launcher={"kind": "replay", "table": str(ROOT / "benchmarks/results/tables/cpu-quickstart.csv")},
+        search_space=str(ROOT / "search_spaces" / "cpu-table.yaml"),
+    )
+    (work / "study.yaml").write_text(yaml.safe_dump(study))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    explorer = venv / "bin" / "explorer"
+    where = _run(python, "-c", "import explorer; print(explorer.__file__)", cwd=work, env=env)
+    assert where.startswith(str(site)), where
+    assert _run(explorer, "--version", cwd=work, env=env).startswith("explorer ")
+    _run(explorer, "optimize", "study.yaml", cwd=work, env=env)
+    out = _run(explorer, "best", "study.yaml", "--out", work / "best", cwd=work, env=env)
+    assert "accelerate launch" in out
+    rendered = yaml.safe_load((work / "best" / "accelerate.yaml").read_text())
+    assert rendered["compute_environment"] == "LOCAL_MACHINE"
