@@ -28,7 +28,12 @@ def _run(spec: MeasurementSpec, durations: list[float]):
 
 
 def test_relative_ci():
-    assert t_quantile_975(1) == 12.706 and t_quantile_975(100) == 1.96
+    # published table values (two-sided 95%): df 1, 3, 30, 100
+    assert t_quantile_975(1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile_975(3) == pytest.approx(3.182, abs=1e-3)
+    assert t_quantile_975(30) == pytest.approx(2.042, abs=1e-3)
+    assert t_quantile_975(100) == pytest.approx(1.984, abs=1e-3)
+    assert t_quantile_975(0) == float("inf")
     assert relative_ci([1.0, 1.0, 1.0]) == 0.0
     # mean 1, sd 0.1, n 4: 3.182 * 0.1 / 2
     assert relative_ci([0.9, 1.1, 0.9, 1.1]) == pytest.approx(3.182 * 0.11547 / 2, rel=1e-3)

@@ -9,6 +9,7 @@ actor per node (:mod:`explorer.launch._placement`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -202,6 +203,21 @@ def _leave_sigterm_alone(handler: Any) -> None:
     """Ray's SIGTERM handler, not set: the driver's own stays (:func:`signals_kept`)."""
 
 
+class _TokenNotice(logging.Filter):
+    """Drops Ray's notice that it turned token authentication on for the local cluster it starts
+    (Ray 2.5x's default; explorer keeps it on). It printed on every run and asked nothing of the user."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
+def quiet_token_notice() -> None:
+    """Silence :class:`_TokenNotice`'s message (once per process)."""
+    log = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    if not any(isinstance(f, _TokenNotice) for f in log.filters):
+        log.addFilter(_TokenNotice())
+
+
 def _kill_ray_children() -> None:
     """SIGKILL the Ray processes among this process's descendants (GCS, raylet, its agents and
     workers): what an interrupted ``ray.init`` started. Ray's exit hook stops only the ones it
@@ -306,6 +322,7 @@ class RayLauncher:
                 self._start_zygote_hosts()
             return
         common: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        quiet_token_notice()
         try:
             with signals_kept():
                 if self.address:

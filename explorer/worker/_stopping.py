@@ -9,19 +9,11 @@ from explorer.spec import MeasurementSpec
 
 __all__ = ["Decision", "decide", "relative_ci", "steady_warmup", "t_quantile_975", "warmup_at_least"]
 
-# Two-sided 95% Student t quantiles for 1..30 degrees of freedom; 1.96 beyond.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
 def t_quantile_975(df: int) -> float:
-    """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
-    if df < 1:
-        return math.inf
-    return _T975[df - 1] if df <= len(_T975) else 1.96
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (scipy's)."""
+    from scipy.stats import t
+
+    return math.inf if df < 1 else float(t.ppf(0.975, df))
 
 
 def relative_ci(samples: list[float]) -> float:
