@@ -336,6 +336,9 @@ def _measure(args: argparse.Namespace) -> int:
                 f"  dataset_tokens_per_second_per_gpu {p.dataset_tokens_per_second_per_gpu:.1f}"
                 f"  steps {p.measured_steps}  rel_ci {p.step_time_rel_ci}  stop {p.stop_reason}"
             )
+        imprecise = m.properties.imprecise(loaded.spec.measurement.target_rel_ci) if m.properties else None
+        if imprecise:
+            print(f"  warning: {imprecise}")
         if sink is not None:
             sink.write(m.to_json() + "\n")
             sink.flush()

@@ -87,6 +87,17 @@ class Properties:
     device: str
     """``cuda`` or ``cpu``."""
 
+    def imprecise(self, target_rel_ci: float) -> str | None:
+        """A warning when the throughput's 95% interval is wider than ``target_rel_ci`` (the
+        study's ``measurement.target_rel_ci``), else ``None``."""
+        ci = self.step_time_rel_ci
+        if ci is None or ci <= target_rel_ci:
+            return None
+        return (
+            f"imprecise: step-time 95% CI +-{100 * ci:.1f}% misses the +-{100 * target_rel_ci:.2g}% target "
+            f"(stopped: {self.stop_reason}); a busy machine or too few steps: measure again or raise max_steps"
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Flat: the system metrics appear under their own names."""
         data = dataclasses.asdict(self)

@@ -61,3 +61,24 @@ def test_measure_exits_1_when_no_repeat_measured(write_study):
     ours = [line for line in proc.stderr.splitlines() if line.startswith("explorer:")]
     assert ours == ["explorer: no measurement: 1 repeat ended 1 oom"], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_measure_warns_when_the_measurement_misses_its_precision_target(write_study):
+    """No CPU holds its step times within 0.01% over four steps: the figure is flagged."""
+    study = write_study({"measurement": {"measured_steps": 4, "target_rel_ci": 0.0001}})
+    proc = _measure(str(study), "--set", "batch_size=4", "--set", "number_gpus=1", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if "warning: imprecise" in x]
+    assert "misses the +-0.01% target" in line
+
+
+def test_a_precise_enough_measurement_is_not_flagged():
+    import dataclasses
+
+    from tests.builders import properties
+
+    p = properties(1000.0)
+    assert p.imprecise(0.02) is None or p.step_time_rel_ci > 0.02
+    wide = dataclasses.replace(p, step_time_rel_ci=0.15, stop_reason="max_steps")
+    assert "+-15.0%" in (wide.imprecise(0.02) or "") and wide.imprecise(0.2) is None
+    assert dataclasses.replace(p, step_time_rel_ci=None).imprecise(0.02) is None

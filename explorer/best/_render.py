@@ -23,7 +23,6 @@ __all__ = [
 ]
 
 
-
 def _templates() -> Path:
     """``launchers/accelerate``: in the source tree, or inside an installed package (the wheel
     ships ``launchers/`` as ``explorer/launchers``)."""

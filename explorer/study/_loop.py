@@ -372,6 +372,13 @@ class Loop:
             else short(measurement.error or "")
         )
         detail += f" ({measurement.wall_seconds:.1f} s)"
+        imprecise = (
+            measurement.properties.imprecise(spec.measurement.target_rel_ci)
+            if measurement.properties
+            else None
+        )
+        if imprecise:
+            detail += f"; {imprecise}"
         self.printer(
             progress_line(
                 self.done, spec.n_trials, number, status, describe(flight.config), detail, self.best

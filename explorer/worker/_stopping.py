@@ -9,6 +9,7 @@ from explorer.spec import MeasurementSpec
 
 __all__ = ["Decision", "decide", "relative_ci", "steady_warmup", "t_quantile_975", "warmup_at_least"]
 
+
 def t_quantile_975(df: int) -> float:
     """The 0.975 quantile of Student's t with ``df`` degrees of freedom (scipy's)."""
     from scipy.stats import t
