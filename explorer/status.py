@@ -139,13 +139,40 @@ def _placement(trial: optuna.trial.FrozenTrial) -> str | None:
     return f"trial {trial.number} ranks: {where}"
 
 
+def _table_lines(rows: list[tuple[str, ...]]) -> list[str]:
+    """The trial table as plain lines (rich's table, no borders, no colour, no wrapping)."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for name, justify in _COLUMNS:
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    console = Console(file=io.StringIO(), width=400, color_system=None, highlight=False)
+    console.print(table)
+    return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]
+
+
+_COLUMNS = (
+    ("trial", "right"),
+    ("state", "left"),
+    ("status", "left"),
+    ("configuration", "left"),
+    ("tok/s/gpu", "right"),
+    ("wall s", "right"),
+    ("reason", "left"),
+)
+
+
 def format_status(study: optuna.Study) -> list[str]:
     """The lines of the trial table, then a summary line (and the log file of each failure)."""
     from explorer.study import OBJECTIVE, config_of, describe, status_of
 
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    header = f"{'trial':>5}  {'state':<8} {'status':<11} {'configuration':<48} {'tok/s/gpu':>10} {'wall s':>7}  reason"
-    lines = [header]
+    rows: list[tuple[str, ...]] = []
     counts: dict[str, int] = {}
     logs: list[str] = []
     best: optuna.trial.FrozenTrial | None = None
@@ -160,10 +187,7 @@ def format_status(study: optuna.Study) -> list[str]:
         throughput = f"{float(value):.1f}" if isinstance(value, (int, float)) else "-"
         wall = t.user_attrs.get("wall_seconds")
         wall_txt = f"{float(wall):.1f}" if isinstance(wall, (int, float)) else "-"
-        lines.append(
-            f"{t.number:>5}  {t.state.name:<8} {status:<11} {config:<48} {throughput:>10} {wall_txt:>7}  "
-            f"{_reason(t)}".rstrip()
-        )
+        rows.append((str(t.number), t.state.name, status, config, throughput, wall_txt, _reason(t)))
         placed = _placement(t)
         if placed:
             logs.append(placed)
@@ -177,9 +201,11 @@ def format_status(study: optuna.Study) -> list[str]:
         if best
         else "best: -"
     )
-    lines.append(f"{len(trials)} trials ({summary or 'none yet'}); {best_txt}")
-    lines.extend(logs)
-    return lines
+    return [
+        *_table_lines(rows),
+        f"{len(trials)} trials ({summary or 'none yet'}); {best_txt}",
+        *logs,
+    ]
 
 
 def print_status(loaded: LoadedStudy, printer: Callable[[str], None] = print) -> None:

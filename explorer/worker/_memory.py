@@ -22,11 +22,10 @@ def is_oom(exc: BaseException) -> bool:
 
 
 def _vm_size() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmSize in /proc/self/status")
+    """This process's address-space size (what ``RLIMIT_AS`` limits), from psutil."""
+    import psutil
+
+    return int(psutil.Process().memory_info().vms)
 
 
 class MemoryCap:

@@ -111,14 +111,14 @@ class SystemSampler:
 
 
 def _cpu_model() -> str:
+    """The CPU's model name: /proc/cpuinfo on Linux (psutil and platform do not give it), else
+    what platform knows."""
     try:
         with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+    except OSError:  # not Linux
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def fingerprint(*, nvml: Any | None) -> dict[str, Any]:
