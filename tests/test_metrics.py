@@ -11,15 +11,18 @@ from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 def test_cpu_metrics_from_psutil_and_zero_gpu_metrics_without_gpu():
     assert load_nvml() is None  # this machine has no NVIDIA driver
     sampler = SystemSampler(interval=0.05, nvml=None)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
     sampler.start()
     end = time.perf_counter() + 0.6
     x = 0
     while time.perf_counter() < end:  # keep this process busy
         x += sum(range(1000))
     sampler.stop()
+    # what this process really got of a core, busy-looping (less on a loaded machine)
+    got = 100 * (time.process_time() - cpu0) / (time.perf_counter() - wall0)
     summary = sampler.summary()
     assert len(sampler.samples) >= 5
-    assert summary["cpu_compute_utilization"] > 30.0  # percent of one core, busy-looping
+    assert summary["cpu_compute_utilization"] > 0.3 * got > 0
     assert 0.0 < summary["cpu_memory_utilization"] < 100.0
     assert summary["gpu_compute_utilization_avg"] == 0.0 and summary["gpu_power_watts_max"] == 0.0
 
