@@ -44,6 +44,9 @@ def test_render_ddp_with_checkpointing_leaves_it_to_the_trainer():
 
 def test_render_one_process_and_cpu():
     assert _render(_cfg(number_gpus=1, distributed_backend="NONE"))["distributed_type"] == "NO"
+    # one CPU process: the same use_cpu as training_arguments.json
+    assert _render(_cfg(number_gpus=1, distributed_backend="NONE"), "cpu")["use_cpu"] is True
+    assert _render(_cfg(number_gpus=1, distributed_backend="NONE"))["use_cpu"] is False
     doc = _render(
         _cfg(distributed_backend="FSDP", fsdp_version=1, fsdp_sharding_strategy="FULL_SHARD"), "cpu"
     )

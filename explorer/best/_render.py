@@ -73,6 +73,9 @@ def accelerate_values(
         # quoted: YAML 1.1 (accelerate's loader) reads a bare no as false
         "MIXED_PRECISION": f'"{mixed_precision(device_type, torch_dtype)}"',
         "DISTRIBUTED_TYPE": "MULTI_GPU" if config.number_gpus > 1 else '"NO"',  # not false
+        # as training_arguments.json's use_cpu, but where accelerate would then start one process
+        # only: a CPU run of several processes (see render_accelerate's note)
+        "USE_CPU": yes_no[device_type == "cpu" and config.number_gpus == 1],
     }
     if config.distributed_backend == "FSDP":
         if not layer_classes:
@@ -127,7 +130,10 @@ def render_accelerate(
     if device_type != "cuda" and config.number_gpus > 1:
         # accelerate starts a single process when use_cpu is true; the Trainer's use_cpu (in the
         # training arguments) is what puts the ranks on the CPU.
-        notes.append("CPU: use_cpu stays false so that accelerate starts every process (gloo).")
+        notes.append(
+            "CPU: use_cpu stays false here, while training_arguments.json has use_cpu: true: with it "
+            "accelerate would start one process, not every rank (the ranks run on the CPU with gloo)."
+        )
     rendered = "\n".join([*(f"# {line}".rstrip() for line in notes), text.rstrip()]) + "\n"
     if not isinstance(yaml.safe_load(rendered), dict):
         raise ValueError(f"{path}: the rendered config is not a mapping")
