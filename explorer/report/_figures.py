@@ -82,6 +82,8 @@ def _draw_values(ax: Axes, points: Sequence[TrialPoint], i: int, maximize: bool)
             ys.append(best)
     if xs:
         ax.step(xs, ys, where="post", color="tab:green", label="best feasible so far", zorder=2)
+    else:
+        ax.text(0.5, 0.5, "no feasible trial yet", transform=ax.transAxes, ha="center", fontsize=12)
 
 
 def _draw_outcomes(ax: Axes, points: Sequence[TrialPoint]) -> None:
@@ -91,7 +93,10 @@ def _draw_outcomes(ax: Axes, points: Sequence[TrialPoint]) -> None:
         chosen = [p.number for p in points if p.kind is kind]
         ax.scatter(chosen, [row] * len(chosen), marker=marker, color=colour, zorder=3)
     ax.set_yticks(range(len(_NO_VALUE)), [k.value.replace("infeasible: ", "") for k in _NO_VALUE])
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_ylim(-0.6, len(_NO_VALUE) - 0.4)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("trial number")
     ax.grid(axis="x", alpha=0.3)
 
@@ -121,7 +126,7 @@ def draw_history(
         top.set_ylabel(_label(metric_names, i, direction))
         top.grid(alpha=0.3)
         top.tick_params(labelbottom=False)
-        if i == 0:
+        if i == 0 and top.get_legend_handles_labels()[0]:
             top.legend(fontsize=8, loc="lower right")
         _draw_outcomes(strip, points)
     fig.suptitle("Optimization history: feasible values above, trials without a value below")
