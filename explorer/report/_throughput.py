@@ -77,7 +77,7 @@ def draw_throughput(points: Sequence[TrialPoint], path: Path) -> Path:
     """Throughput per GPU against the tokens a micro-step holds, per device (left) and over all
     devices (right): every measured trial faint, one line per sequence length through the best
     trial at each x (over the other parameters), the best trial as a star."""
-    title = "Throughput per GPU by tokens per step, by sequence length"
+    title = "Throughput per GPU by tokens per micro-step, by sequence length"
     measured = measured_feasible(list(points))
     if not measured:
         return message(path, title, "no feasible trial measured a throughput yet")

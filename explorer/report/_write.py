@@ -110,7 +110,7 @@ def _throughput_figures(loaded: LoadedStudy, points: list[TrialPoint], folder: P
     return [
         ReportFigure(
             draw_throughput(points, folder / "throughput.png"),
-            "Throughput by tokens per step",
+            "Throughput by tokens per micro-step",
             f"{OBJECTIVE} of the feasible trials that measured it, against the tokens a micro-step "
             "holds (batch x sequence length; padding and gradient accumulation aside), per device "
             "and over all devices, one colour per sequence length: every trial faint, the line "
