@@ -147,10 +147,12 @@ def _report_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     rep = sub.add_parser(
         "report",
         help="figures of a study (PNG), an HTML page embedding them, and Optuna artifacts",
-        description="Draw the optimization history, throughput by batch size, the feasibility map, "
-        "parameter importances, the Pareto front (multi-objective studies) and measured memory into "
-        "DIR (default: <output_dir>/report) with an index.html, and attach the figures to the study "
-        "as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
+        description="Write DIR/index.html (default DIR: <output_dir>/report): the best configuration "
+        "with its figures and the explorer best command, the top ten and why each lost to it; then "
+        "figures: throughput by tokens per step, the throughput/peak-memory frontier, total throughput "
+        "by GPU count, measured memory against the cap, the optimization history, the feasibility map, "
+        "parameter importances and the Pareto front (multi-objective studies). The figures are also "
+        "attached to the study as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
     )
     rep.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
     rep.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)

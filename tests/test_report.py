@@ -11,11 +11,19 @@ import pytest
 
 from explorer.cli import main
 from explorer.report import feasible_ranking, print_summary  # the summary API is unchanged
-from explorer.report._figures import HEIGHT_PX, WIDTH_PX
+from explorer.report._canvas import HEIGHT_PX, WIDTH_PX
 from explorer.study import OBJECTIVE, open_study, optimize
 from explorer.study_file import load_study
 
-SINGLE = ["history.png", "throughput.png", "feasibility.png", "importances.png", "memory.png"]
+SINGLE = [
+    "throughput.png",
+    "frontier.png",
+    "gpus.png",
+    "memory.png",
+    "history.png",
+    "feasibility.png",
+    "importances.png",
+]
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -160,7 +168,7 @@ def test_multi_objective_study_gets_a_pareto_front(write_study, tmp_path, capsys
     assert main(["report", str(path)]) == 0
     out = capsys.readouterr().out
     loaded = load_study(path)
-    _check_report(loaded.output_dir / "report", [*SINGLE[:4], "pareto.png", "memory.png"], study, out)
+    _check_report(loaded.output_dir / "report", [*SINGLE, "pareto.png"], study, out)
 
 
 @pytest.mark.parametrize("database", ["missing", "other study"])

@@ -5,16 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from explorer.report import feasible_ranking
+from explorer.report import MIN_TOLERANCE, feasible_ranking, noise_tolerance
 from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = ["MIN_TOLERANCE", "Selection", "noise_tolerance", "select_best"]
-
-MIN_TOLERANCE = 0.02
-"""Runners-up within this fraction of the best are reported even when the best's CI is tighter."""
 
 
 @dataclass(frozen=True)
@@ -26,19 +23,6 @@ class Selection:
     """Feasible trials (best first) whose value is at least ``(1 - tolerance)`` of the best's."""
     tolerance: float
     """The relative tolerance used: the larger of 2% and the best's ``step_time_rel_ci``."""
-
-
-def noise_tolerance(best: optuna.trial.FrozenTrial) -> float:
-    """The larger of :data:`MIN_TOLERANCE` and the best trial's relative step-time CI, if any.
-
-    Args:
-        best: A measured trial (its ``step_time_rel_ci`` user attribute may be missing or None).
-
-    Returns:
-        A fraction of the best trial's value.
-    """
-    ci = best.user_attrs.get("step_time_rel_ci")
-    return max(MIN_TOLERANCE, float(ci)) if isinstance(ci, int | float) else MIN_TOLERANCE
 
 
 def select_best(study: optuna.Study) -> Selection | None:

@@ -1,7 +1,17 @@
 """What ``explorer optimize`` prints at the end, and ``explorer report``: figures, a page, artifacts."""
 
 from explorer.report._html import ReportFigure
-from explorer.report._summary import feasible_ranking, pareto_lines, print_summary
+from explorer.report._ranking import MIN_TOLERANCE, feasible_ranking, noise_tolerance
+from explorer.report._summary import pareto_lines, print_summary
 from explorer.report._write import Report, write_report
 
-__all__ = ["Report", "ReportFigure", "feasible_ranking", "pareto_lines", "print_summary", "write_report"]
+__all__ = [
+    "MIN_TOLERANCE",
+    "Report",
+    "ReportFigure",
+    "feasible_ranking",
+    "noise_tolerance",
+    "pareto_lines",
+    "print_summary",
+    "write_report",
+]

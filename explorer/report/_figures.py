@@ -1,7 +1,6 @@
-"""The report's figures, drawn with matplotlib (Agg, imported lazily) into PNG files.
-
-Every figure is ``WIDTH_PX`` x ``HEIGHT_PX`` pixels (constrained layout, no tight bounding box), and
-each function writes a figure even when there is nothing to draw: a panel that says why.
+"""The report's figures about the search: optimization history, feasibility map, parameter
+importances, Pareto front (the ones about throughput and memory are in ``_throughput`` and
+``_memory``). Each function writes a figure even when there is nothing to draw: a panel that says why.
 """
 
 from __future__ import annotations
@@ -14,31 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.report._points import Kind, TrialPoint, setting_of
+from explorer.report._canvas import message, new_figure, save
+from explorer.report._points import Kind, TrialPoint
 from explorer.study._objectives import pareto_front
 
 if TYPE_CHECKING:
     import optuna
     from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 __all__ = [
-    "DPI",
-    "HEIGHT_PX",
-    "WIDTH_PX",
     "FeasibilityCell",
     "draw_feasibility",
     "draw_history",
     "draw_importances",
-    "draw_memory",
     "draw_pareto",
-    "draw_throughput",
     "feasibility_cells",
 ]
-
-DPI = 100
-WIDTH_PX = 1000
-HEIGHT_PX = 600
 
 _STYLE = {
     Kind.FEASIBLE: ("o", "tab:blue"),
@@ -56,33 +46,59 @@ _CELL_COLOURS = {
 }
 
 
-def _figure() -> Figure:
-    from matplotlib.figure import Figure  # lazily: `explorer --help` must not import matplotlib
-
-    return Figure(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI, layout="constrained")
-
-
-def _save(fig: Figure, path: Path) -> Path:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=DPI, format="png")
-    return path
-
-
-def _message(path: Path, title: str, text: str) -> Path:
-    """A figure that only says why there is nothing to draw."""
-    fig = _figure()
-    ax = fig.add_subplot()
-    ax.set_axis_off()
-    ax.set_title(title)
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=12)
-    return _save(fig, path)
-
-
 def _label(metric_names: Sequence[str] | None, i: int, direction: optuna.study.StudyDirection) -> str:
     name = metric_names[i] if metric_names and i < len(metric_names) else f"objective {i}"
     return f"{name} ({direction.name.lower()})"
+
+
+_NO_VALUE = (Kind.OOM, Kind.INFERRED, Kind.INVALID, Kind.FAILED)
+"""Outcomes without a throughput: drawn in a strip of their own, never as a value of 0."""
+
+
+def _draw_values(ax: Axes, points: Sequence[TrialPoint], i: int, maximize: bool) -> None:
+    """Feasible trials' objective ``i`` (hollow: a repeat) and the best feasible so far."""
+    marker, colour = _STYLE[Kind.FEASIBLE]
+    for repeat in (False, True):
+        chosen = [
+            p for p in points if p.kind is Kind.FEASIBLE and p.values is not None and p.repeat is repeat
+        ]
+        if chosen:
+            ax.scatter(
+                [p.number for p in chosen],
+                [p.values[i] for p in chosen if p.values is not None],
+                marker=marker,
+                facecolors="none" if repeat else colour,
+                edgecolors=colour,
+                label="feasible" + (" (repeat, not run)" if repeat else ""),
+                zorder=3,
+            )
+    best = -math.inf if maximize else math.inf
+    xs, ys = [], []
+    for p in points:
+        if p.kind is Kind.FEASIBLE and p.values is not None:
+            best = max(best, p.values[i]) if maximize else min(best, p.values[i])
+        if math.isfinite(best):
+            xs.append(p.number)
+            ys.append(best)
+    if xs:
+        ax.step(xs, ys, where="post", color="tab:green", label="best feasible so far", zorder=2)
+    else:
+        ax.text(0.5, 0.5, "no feasible trial yet", transform=ax.transAxes, ha="center", fontsize=12)
+
+
+def _draw_outcomes(ax: Axes, points: Sequence[TrialPoint]) -> None:
+    """One row per outcome without a value (OOM, inferred OOM, invalid, failed): where they fell."""
+    for row, kind in enumerate(_NO_VALUE):
+        marker, colour = _STYLE[kind]
+        chosen = [p.number for p in points if p.kind is kind]
+        ax.scatter(chosen, [row] * len(chosen), marker=marker, color=colour, zorder=3)
+    ax.set_yticks(range(len(_NO_VALUE)), [k.value.replace("infeasible: ", "") for k in _NO_VALUE])
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_ylim(-0.6, len(_NO_VALUE) - 0.4)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("trial number")
+    ax.grid(axis="x", alpha=0.3)
 
 
 def draw_history(
@@ -91,93 +107,30 @@ def draw_history(
     metric_names: Sequence[str] | None,
     path: Path,
 ) -> Path:
-    """Objective per trial number, one panel per study direction.
+    """Objective per trial number, one column per study direction.
 
-    Feasible, OOM, inferred OOM, invalid and failed trials each have their own marker and colour;
-    repeats (answered from an earlier trial) are hollow. Infeasible trials sit at their
-    placeholder value (0.0), failed ones (no value) at 0. The line is the best feasible value so
-    far (of that objective alone, where there are several).
+    The feasible trials' values are on top (repeats answered from an earlier trial hollow), with
+    the best feasible value so far (of that objective alone, where there are several); OOM,
+    inferred OOM, invalid and failed trials have no value, and sit in a strip below, one row each.
     """
     import optuna
 
     if not points:
-        return _message(path, "Optimization history", "no finished trials yet")
-    fig = _figure()
-    axes = fig.subplots(1, len(directions), squeeze=False)[0]
-    for i, (ax, direction) in enumerate(zip(axes, directions, strict=True)):
-        for kind, (marker, colour) in _STYLE.items():
-            for repeat in (False, True):
-                chosen = [p for p in points if p.kind is kind and p.repeat is repeat]
-                if not chosen:
-                    continue
-                ys = [p.values[i] if p.values is not None else 0.0 for p in chosen]
-                label = kind.value + (" (repeat, not run)" if repeat else "")
-                if kind is Kind.FAILED:
-                    label += " (no value; at 0)"
-                hollow = repeat and marker not in ("x", "X")
-                ax.scatter(
-                    [p.number for p in chosen],
-                    ys,
-                    marker=marker,
-                    facecolors="none" if hollow else colour,
-                    edgecolors=colour,
-                    label=label,
-                    zorder=3,
-                )
-        maximize = direction == optuna.study.StudyDirection.MAXIMIZE
-        best = -math.inf if maximize else math.inf
-        xs, ys = [], []
-        for p in points:
-            if p.kind is Kind.FEASIBLE and p.values is not None:
-                v = p.values[i]
-                best = max(best, v) if maximize else min(best, v)
-            if math.isfinite(best):
-                xs.append(p.number)
-                ys.append(best)
-        if xs:
-            ax.step(xs, ys, where="post", color="tab:green", label="best feasible so far", zorder=2)
-        ax.set_xlabel("trial number")
-        ax.set_ylabel(_label(metric_names, i, direction))
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="best")
-    fig.suptitle("Optimization history (infeasible trials at their placeholder value 0)")
-    return _save(fig, path)
-
-
-def draw_throughput(points: Sequence[TrialPoint], path: Path) -> Path:
-    """Measured throughput against per-device and global batch size, one line per setting.
-
-    Only feasible trials that measured something (repeats left out, so no point counts twice).
-    Where several trials share a setting and a batch size (other GPU counts, lengths...), the line
-    goes through the best.
-    """
-    feasible = [
-        p
-        for p in points
-        if p.kind is Kind.FEASIBLE and p.measured and p.config is not None and math.isfinite(p.objective)
-    ]
-    title = "Throughput by batch size (feasible trials; best over the other parameters)"
-    if not feasible:
-        return _message(path, title, "no feasible trial with a configuration yet")
-    fig = _figure()
-    left, right = fig.subplots(1, 2, sharey=True)
-    for ax, per_device in ((left, True), (right, False)):
-        lines: dict[str, dict[int, float]] = defaultdict(dict)
-        for p in feasible:
-            assert p.config is not None
-            x = p.config.per_device_batch_size if per_device else p.config.batch_size
-            line = lines[setting_of(p.config)]
-            line[x] = max(line.get(x, -math.inf), p.objective)
-        for setting, line in sorted(lines.items()):
-            xs = sorted(line)
-            ax.plot(xs, [line[x] for x in xs], marker="o", label=setting)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("per-device batch size" if per_device else "global batch size")
-        ax.grid(alpha=0.3)
-    left.set_ylabel("dataset tokens / s / GPU")
-    left.legend(fontsize=8, title="strategy, checkpointing", title_fontsize=8)
-    fig.suptitle(title)
-    return _save(fig, path)
+        return message(path, "Optimization history", "no finished trials yet")
+    fig = new_figure()
+    grid = fig.add_gridspec(2, len(directions), height_ratios=(4, 1.3))
+    for i, direction in enumerate(directions):
+        top = fig.add_subplot(grid[0, i])
+        strip = fig.add_subplot(grid[1, i], sharex=top)
+        _draw_values(top, points, i, direction == optuna.study.StudyDirection.MAXIMIZE)
+        top.set_ylabel(_label(metric_names, i, direction))
+        top.grid(alpha=0.3)
+        top.tick_params(labelbottom=False)
+        if i == 0 and top.get_legend_handles_labels()[0]:
+            top.legend(fontsize=8, loc="lower right")
+        _draw_outcomes(strip, points)
+    fig.suptitle("Optimization history: feasible values above, trials without a value below")
+    return save(fig, path)
 
 
 @dataclass(frozen=True)
@@ -243,10 +196,10 @@ def draw_feasibility(
         "(over the other parameters: mixed = some configurations fit, some ran out of memory)"
     )
     if not xs or not ys:
-        return _message(path, title, "no configuration recorded yet")
+        return message(path, title, "no configuration recorded yet")
     categories = list(_CELL_COLOURS)
     grid = [[categories.index(cells.get((g, b), FeasibilityCell()).category) for b in xs] for g in ys]
-    fig = _figure()
+    fig = new_figure()
     ax = fig.add_subplot()
     cmap = ListedColormap(list(_CELL_COLOURS.values()))
     ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=len(categories) - 0.5, aspect="auto", origin="lower")
@@ -272,7 +225,7 @@ def draw_feasibility(
         handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="fitting/measured"
     )
     ax.set_title(title)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _lower_is_better(
@@ -307,10 +260,10 @@ def draw_importances(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTr
     }
     if len(trials) < 2 or not varied:
         why = f"{len(trials)} feasible trial(s)" + ("" if varied else ", no parameter took two values")
-        return _message(path, title, f"not enough to rate parameters: {why}")
+        return message(path, title, f"not enough to rate parameters: {why}")
     subset = optuna.create_study(directions=study.directions)
     subset.add_trials(trials)
-    fig = _figure()
+    fig = new_figure()
     axes = fig.subplots(1, len(study.directions), squeeze=False)[0]
     for i, ax in enumerate(axes):
         try:
@@ -331,7 +284,7 @@ def draw_importances(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTr
         ax.set_title(_label(study.metric_names, i, study.directions[i]), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{title}: {len(trials)} trials")
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def draw_pareto(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial], path: Path) -> Path:
@@ -346,8 +299,8 @@ def draw_pareto(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial],
     title = "Pareto front" + (" (first two objectives)" if len(study.directions) > 2 else "")
     front = pareto_front(study)  # each configuration once: repeats answered from another are not
     if not trials and not front:
-        return _message(path, title, "no feasible trial yet")
-    fig = _figure()
+        return message(path, title, "no feasible trial yet")
+    fig = new_figure()
     ax = fig.add_subplot()
     ax.scatter(
         [t.values[0] for t in trials],
@@ -370,57 +323,4 @@ def draw_pareto(study: optuna.Study, trials: Sequence[optuna.trial.FrozenTrial],
     ax.grid(alpha=0.3)
     ax.legend()
     ax.set_title(title)
-    return _save(fig, path)
-
-
-def draw_memory(points: Sequence[TrialPoint], cap_gib: float | None, path: Path) -> Path:
-    """Measured peak memory against per-device tokens (per-device batch x sequence length).
-
-    Feasible measurements are coloured by (strategy, checkpointing); measured OOMs are black crosses
-    drawn at the memory cap (or at the top of the plot without one). The dashed line is the cap.
-    """
-    title = "Measured peak memory per process by per-device tokens"
-    ok = [
-        p
-        for p in points
-        if p.kind is Kind.FEASIBLE
-        and p.measured
-        and p.config is not None
-        and math.isfinite(p.peak_memory_gib)
-    ]
-    oom = [p for p in points if p.kind is Kind.OOM and p.measured and p.config is not None]
-    if not ok and not oom:
-        return _message(path, title, "no measured memory yet")
-    fig = _figure()
-    ax: Axes = fig.add_subplot()
-    by_setting: dict[str, list[TrialPoint]] = defaultdict(list)
-    for p in ok:
-        assert p.config is not None
-        by_setting[setting_of(p.config)].append(p)
-
-    def tokens(p: TrialPoint) -> int:
-        assert p.config is not None
-        return p.config.per_device_batch_size * p.config.model_max_length
-
-    for setting, chosen in sorted(by_setting.items()):
-        ax.scatter([tokens(p) for p in chosen], [p.peak_memory_gib for p in chosen], label=setting)
-    top = max([p.peak_memory_gib for p in ok] + ([cap_gib] if cap_gib else [1.0]))
-    if cap_gib:
-        ax.axhline(cap_gib, color="tab:gray", linestyle="--", label=f"memory cap {cap_gib:g} GiB")
-    if oom:
-        y = cap_gib if cap_gib else top
-        ax.scatter(
-            [tokens(p) for p in oom],
-            [y] * len(oom),
-            marker="X",
-            color="black",
-            s=70,
-            label="OOM (at the cap)",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("per-device tokens per micro-step (per-device batch x sequence length)")
-    ax.set_ylabel("peak memory (GiB)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, title="strategy, checkpointing", title_fontsize=8)
-    ax.set_title(title)
-    return _save(fig, path)
+    return save(fig, path)

@@ -1,13 +1,16 @@
-"""The report's HTML page: every figure by a relative link, so the folder stands on its own."""
+"""The report's HTML page, rendered with jinja2 from ``templates/index.html.j2`` (package data):
+every figure by a relative link, so the folder stands on its own."""
 
 from __future__ import annotations
 
-import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ReportFigure", "write_html"]
+__all__ = ["TEMPLATE", "ReportFigure", "render_page", "write_html"]
+
+TEMPLATE = "index.html.j2"
 
 
 @dataclass(frozen=True)
@@ -25,51 +28,37 @@ class ReportFigure:
     caption: str
 
 
-def write_html(
-    path: Path,
-    *,
-    heading: str,
-    facts: Sequence[str],
-    figures: Sequence[ReportFigure],
-    artifact_ids: Mapping[str, str],
-    size: tuple[int, int],
-) -> Path:
-    """Write the page to ``path``.
+def _number(value: float | None, spec: str, suffix: str = "", scale: float = 1.0) -> str:
+    return "n/a" if value is None else f"{scale * value:{spec}}{suffix}"
 
-    Args:
-        path: The HTML file (its folder holds the figures).
-        heading: The page title.
-        facts: Lines about the study (storage, trial counts, best value...).
-        figures: The figures, in order.
-        artifact_ids: The Optuna artifact id of each figure, by file name.
-        size: Every figure's width and height in pixels.
 
-    Returns:
-        ``path``.
-    """
-    e = html.escape
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(heading)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1040px;margin:auto}"
-        "figure{margin:2em 0}figcaption{color:#444}code{font-size:90%}</style>",
-        "</head><body>",
-        f"<h1>{e(heading)}</h1>",
-        "<ul>" + "".join(f"<li>{e(fact)}</li>" for fact in facts) + "</ul>",
-    ]
-    for fig in figures:
-        name = fig.path.name
-        artifact = artifact_ids.get(name)
-        parts += [
-            f'<figure id="{e(fig.path.stem)}">',
-            f"<h2>{e(fig.title)}</h2>",
-            f'<img src="{e(name)}" width="{size[0]}" height="{size[1]}" alt="{e(fig.title)}">',
-            f"<figcaption>{e(fig.caption)}"
-            + (f" Optuna artifact <code>{e(artifact)}</code>." if artifact else "")
-            + "</figcaption>",
-            "</figure>",
-        ]
-    parts.append("</body></html>")
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+def _step_time(mean_s: float | None, rel_ci: float | None) -> str:
+    """``12.0 ms ± 4.4%`` (the 95% CI of the mean step time), or what is known of it."""
+    if mean_s is None:
+        return "n/a"
+    ci = f" ± {100 * rel_ci:.1f}%" if rel_ci is not None else " (no CI: fewer than 2 steps)"
+    return f"{1000 * mean_s:.1f} ms{ci}"
+
+
+def render_page(context: Mapping[str, Any]) -> str:
+    """The page's HTML from ``context`` (the template's variables; see ``_page.page_context``)."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("explorer.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["tps"] = lambda v: _number(v, ",.0f")
+    env.filters["pct"] = lambda v: _number(v, ".2f", "%", 100.0)
+    env.filters["gib"] = lambda v: _number(v, ".3f", " GiB")
+    env.globals["step_time"] = _step_time
+    return env.get_template(TEMPLATE).render(**context)
+
+
+def write_html(path: Path, context: Mapping[str, Any]) -> Path:
+    """Render the page into ``path`` (its folder holds the figures); returns ``path``."""
+    path.write_text(render_page(context), encoding="utf-8")
     return path

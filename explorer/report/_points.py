@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from explorer.trial_config import TrialConfig
 
-__all__ = ["Kind", "TrialPoint", "points_of", "setting_of"]
+__all__ = ["Kind", "TrialPoint", "measured_feasible", "points_of", "setting_of", "tokens_per_step"]
 
 
 class Kind(enum.Enum):
@@ -41,6 +41,7 @@ class TrialPoint:
         values: Optuna's values (one per study direction); ``None`` for a failed trial.
         config: The configuration it ran, if recorded.
         objective: ``dataset_tokens_per_second_per_gpu`` as measured (NaN unless feasible).
+        total: ``dataset_tokens_per_second``, all GPUs together (NaN unless feasible).
         peak_memory_gib: The measured peak memory (NaN when not measured).
         repeat: Answered from an earlier trial of this study (``reused_from``): the same
             configuration again, so never counted twice.
@@ -51,6 +52,7 @@ class TrialPoint:
     values: tuple[float, ...] | None
     config: TrialConfig | None
     objective: float
+    total: float
     peak_memory_gib: float
     repeat: bool
 
@@ -58,6 +60,24 @@ class TrialPoint:
     def measured(self) -> bool:
         """A measurement of its own: neither a repeat nor an inferred OOM."""
         return not self.repeat and self.kind is not Kind.INFERRED
+
+
+def measured_feasible(points: list[TrialPoint]) -> list[tuple[TrialPoint, TrialConfig]]:
+    """The feasible trials that measured a throughput of their own, with their configuration:
+    the only points a throughput figure draws (an infeasible or failed trial has no throughput,
+    and is never drawn as 0)."""
+    return [
+        (p, p.config)
+        for p in points
+        if p.kind is Kind.FEASIBLE and p.measured and p.config is not None and math.isfinite(p.objective)
+    ]
+
+
+def tokens_per_step(config: TrialConfig, *, per_device: bool) -> int:
+    """Tokens a micro-step holds at most (batch x ``model_max_length``), on one device or on all of
+    them together. (An optimizer step with gradient accumulation is that many micro-steps.)"""
+    samples = config.per_device_batch_size if per_device else int(config.batch_size)
+    return samples * int(config.model_max_length)
 
 
 def _float(value: object) -> float:
@@ -92,6 +112,9 @@ def points_of(study: optuna.Study) -> list[TrialPoint]:
                 values=tuple(t.values) if t.values is not None else None,
                 config=config,
                 objective=_float(t.user_attrs.get(OBJECTIVE)) if kind is Kind.FEASIBLE else math.nan,
+                total=_float(t.user_attrs.get("dataset_tokens_per_second"))
+                if kind is Kind.FEASIBLE
+                else math.nan,
                 peak_memory_gib=_float(t.user_attrs.get("peak_memory_gib")),
                 repeat="reused_from" in t.user_attrs,
             )

@@ -6,15 +6,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.commands import hint_lines
+from explorer.report._ranking import feasible_ranking
 from explorer.secrets import mask_url
-from explorer.study import (
-    OBJECTIVE,
-    answered_without_running,
-    config_of,
-    describe,
-    open_study,
-    status_of,
-)
+from explorer.study import OBJECTIVE, config_of, describe, open_study
 from explorer.study._objectives import objective_value, pareto_front
 
 if TYPE_CHECKING:
@@ -23,17 +17,7 @@ if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
     from explorer.study import OptimizeResult
 
-__all__ = ["feasible_ranking", "pareto_lines", "print_summary"]
-
-
-def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Measured (status ok) trials, best first; a reused answer is not a second entry."""
-    ok = [
-        t
-        for t in study.get_trials(deepcopy=False)
-        if status_of(t) == "ok" and objective_value(t) is not None and not answered_without_running(t)
-    ]
-    return sorted(ok, key=lambda t: objective_value(t) or 0.0, reverse=True)
+__all__ = ["pareto_lines", "print_summary"]
 
 
 def print_summary(

@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.report._artifacts import attach_artifacts
-from explorer.report._figures import (
-    HEIGHT_PX,
-    WIDTH_PX,
-    draw_feasibility,
-    draw_history,
-    draw_importances,
-    draw_memory,
-    draw_pareto,
-    draw_throughput,
-)
+from explorer.report._canvas import HEIGHT_PX, WIDTH_PX
+from explorer.report._figures import draw_feasibility, draw_history, draw_importances, draw_pareto
 from explorer.report._html import ReportFigure, write_html
-from explorer.report._points import Kind, TrialPoint, points_of
+from explorer.report._memory import draw_frontier, draw_memory
+from explorer.report._page import page_context
+from explorer.report._points import TrialPoint, points_of
+from explorer.report._throughput import draw_gpu_scaling, draw_throughput
 
 if TYPE_CHECKING:
     import optuna
@@ -28,8 +22,17 @@ if TYPE_CHECKING:
 
 __all__ = ["FIGURES", "Report", "write_report"]
 
-FIGURES = ("history", "throughput", "feasibility", "importances", "pareto", "memory")
-"""The PNG files a report may hold (``pareto`` for multi-objective studies only)."""
+FIGURES = (
+    "throughput",
+    "frontier",
+    "gpus",
+    "memory",
+    "history",
+    "feasibility",
+    "importances",
+    "pareto",
+)
+"""The PNG files a report may hold, in page order (``pareto`` for multi-objective studies only)."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +62,8 @@ def _domain_values(loaded: LoadedStudy, name: str) -> list[int]:
 
 def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
     """Draw the study's figures into ``out`` (default ``<output_dir>/report``), write
-    ``index.html`` beside them, and attach the figures to the study as Optuna artifacts (store
-    ``<output_dir>/artifacts``).
+    ``index.html`` beside them (the best configuration, the top ten, the figures), and attach the
+    figures to the study as Optuna artifacts (store ``<output_dir>/artifacts``).
 
     Raises:
         SpecError: the study does not exist, or a file it would write resolves outside its folder
@@ -86,47 +89,78 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if t.user_attrs.get("status") == "ok" and t.number not in repeats
     ]
-    figures = _draw_figures(loaded, study, points, feasible, folder)
+    figures = _throughput_figures(loaded, points, folder) + _search_figures(
+        loaded, study, points, feasible, folder
+    )
     artifact_dir = loaded.output_dir / "artifacts"
     ids = attach_artifacts(study, [f.path for f in figures], artifact_dir)
-    facts = _facts(loaded, study, points, repeats, artifact_dir)
-    html = write_html(
-        folder / "index.html",
-        heading=f"explorer report: study {loaded.spec.name!r}",
-        facts=facts,
-        figures=figures,
-        artifact_ids=ids,
-        size=(WIDTH_PX, HEIGHT_PX),
-    )
+    context = page_context(loaded, study, points, figures, ids, artifact_dir, (WIDTH_PX, HEIGHT_PX))
+    html = write_html(folder / "index.html", context)
     return Report(
         folder=folder, html=html, figures=tuple(figures), artifact_ids=ids, artifact_dir=artifact_dir
     )
 
 
-def _draw_figures(
+def _throughput_figures(loaded: LoadedStudy, points: list[TrialPoint], folder: Path) -> list[ReportFigure]:
+    """The figures about throughput and memory, in page order."""
+    from explorer.study import OBJECTIVE
+
+    cap = loaded.spec.resources.device_memory_gib
+    capped = f"the cap ({cap:g} GiB, resources.device_memory_gib)" if cap else "no cap (none set)"
+    return [
+        ReportFigure(
+            draw_throughput(points, folder / "throughput.png"),
+            "Throughput by tokens per micro-step",
+            f"{OBJECTIVE} of the feasible trials that measured it, against the tokens a micro-step "
+            "holds (batch x sequence length; padding and gradient accumulation aside), per device "
+            "and over all devices, one colour per sequence length: every trial faint, the line "
+            "through the best at each x over the other parameters, the best trial a star. "
+            "Infeasible and failed trials have no throughput and are not drawn.",
+        ),
+        ReportFigure(
+            draw_frontier(points, cap, folder / "frontier.png"),
+            "Throughput against peak memory",
+            "Every feasible measured trial; the red staircase is the Pareto front (no other trial "
+            f"is faster per GPU with no more memory), each labelled with its configuration; {capped} "
+            "dashed.",
+        ),
+        ReportFigure(
+            draw_gpu_scaling(points, folder / "gpus.png"),
+            "Total throughput by GPU count",
+            "dataset_tokens_per_second (all GPUs together) of every feasible measured trial by "
+            "strategy, spread sideways at each GPU count; the black line is the best at each "
+            "count, the dashed line linear scaling of the best at the fewest GPUs, and the labels "
+            "the share of linear scaling reached.",
+        ),
+        ReportFigure(
+            draw_memory(points, cap, folder / "memory.png"),
+            "Measured memory",
+            "peak_memory_gib of the feasible measured trials against the tokens a micro-step holds "
+            "per device; colour: strategy, marker: checkpointing, each group shifted sideways so "
+            f"none hides another. Dashed red: {capped}. Measured OOMs (no peak) are red crosses "
+            "above it; inferred OOMs (never run) are not drawn. On a CPU the cap limits address "
+            "space above the process's size before the model was built, while the peak is its "
+            "resident memory above that point, so a feasible CPU trial can peak a little above "
+            "the cap (circled).",
+        ),
+    ]
+
+
+def _search_figures(
     loaded: LoadedStudy,
     study: optuna.Study,
     points: list[TrialPoint],
     feasible: list[optuna.trial.FrozenTrial],
     folder: Path,
 ) -> list[ReportFigure]:
-    """Draw every figure into ``folder``, in page order."""
-    from explorer.study import OBJECTIVE
-
+    """The figures about the search itself, in page order."""
     figures = [
         ReportFigure(
             draw_history(points, study.directions, study.metric_names, folder / "history.png"),
             "Optimization history",
-            "Objective per trial number: feasible, OOM, inferred OOM, invalid and failed trials "
-            "marked apart (hollow: a repeat answered from an earlier trial); infeasible trials sit "
-            "at their placeholder value 0. The line is the best feasible value so far.",
-        ),
-        ReportFigure(
-            draw_throughput(points, folder / "throughput.png"),
-            "Throughput by batch size",
-            f"{OBJECTIVE} of the feasible measured trials against per-device and global batch "
-            "size, one line per (strategy, checkpointing); the best where several trials share a "
-            "point.",
+            "Objective per trial number for the feasible trials (hollow: a repeat answered from an "
+            "earlier trial), with the best feasible value so far; OOM, inferred OOM, invalid and "
+            "failed trials have no value and sit in the strip below, one row each.",
         ),
         ReportFigure(
             draw_feasibility(
@@ -156,29 +190,4 @@ def _draw_figures(
                 "The feasible trials on the first two objectives, and study.best_trials.",
             )
         )
-    cap = loaded.spec.resources.device_memory_gib
-    figures.append(
-        ReportFigure(
-            draw_memory(points, cap, folder / "memory.png"),
-            "Measured memory",
-            "peak_memory_gib of the feasible measured trials against per-device tokens; measured "
-            "OOMs at the cap. No memory estimate is drawn: the package has none.",
-        )
-    )
     return figures
-
-
-def _facts(
-    loaded: LoadedStudy, study: optuna.Study, points: list[TrialPoint], repeats: set[int], artifact_dir: Path
-) -> list[str]:
-    """The report page's lines about the study, above the figures."""
-    from explorer.secrets import mask_url
-
-    counts = Counter(p.kind for p in points)
-    return [
-        f"storage: {mask_url(loaded.storage_url)}",
-        f"directions: {', '.join(d.name.lower() for d in study.directions)}",
-        "trials: " + ", ".join(f"{k.value} {counts[k]}" for k in Kind if counts[k]),
-        f"{len(repeats)} of them answered without a run of their own (repeats, inferred OOMs)",
-        f"Optuna artifacts: FileSystemArtifactStore at {artifact_dir}",
-    ]
