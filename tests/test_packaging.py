@@ -9,6 +9,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
+import zipfile
 from pathlib import Path
 
 import yaml
@@ -48,6 +49,9 @@ def test_a_wheel_in_a_fresh_venv_runs_best_outside_the_source_tree(tmp_path):
         cwd=tmp_path,
     )
     (wheel,) = (tmp_path / "dist").glob("explorer-*.whl")
+    with zipfile.ZipFile(wheel) as whl:
+        names = set(whl.namelist())
+    assert {"explorer/report/templates/index.html.j2", "explorer/launchers/accelerate/fsdp2.yaml"} <= names
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
