@@ -130,7 +130,9 @@ def outside_training_arguments(config: TrialConfig) -> list[str]:
     ]
     if not settings:
         return []
-    return [f"  not in TrainingArguments (set by explorer.train_best, or by your script): {', '.join(settings)}"]
+    return [
+        f"  not in TrainingArguments (set by explorer.train_best, or by your script): {', '.join(settings)}"
+    ]
 
 
 def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
