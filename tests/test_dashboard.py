@@ -255,3 +255,26 @@ def test_the_study_note_is_written_once_and_an_edit_in_the_dashboard_is_kept(wri
     save_note(study, "my own words")
     describe_study(study, loaded)
     assert get_note(study) == "my own words"
+
+
+def test_audit_flags_an_oom_trial_that_the_dashboard_would_show_as_feasible(tmp_path):
+    from explorer.study import audit
+
+    study = optuna.create_study(study_name="a", storage=f"sqlite:///{tmp_path}/a.db", direction="maximize")
+    for outcome in (Outcome.OOM, Outcome.INVALID):
+        trial = study.ask()
+        trial.suggest_int("log2_batch_size", 0, 6)
+        record_outcome(study, trial, Measurement(outcome=outcome, error="out of memory or invalid"))
+    assert audit(study, n_trials=3, max_retries=1, output_dir=None).problems == [
+        "2 trials counted, n_trials is 3"
+    ]
+    # an OOM told without its constraint: a real-looking 0 in the dashboard
+    trial = study.ask()
+    trial.suggest_int("log2_batch_size", 0, 6)
+    trial.set_user_attr("status", "oom")
+    trial.set_user_attr("error", "out of memory")
+    trial.set_user_attr("config_key", "another configuration")
+    study.tell(trial, [0.0])
+    assert audit(study, n_trials=3, max_retries=1, output_dir=None).problems == [
+        "trial 2: oom but its constraint does not mark it infeasible"
+    ]
