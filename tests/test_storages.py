@@ -104,18 +104,18 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
 
     invalid = next(t for t in trials.values() if status_of(t) == "invalid")
     assert "not divisible by number_gpus 3" in invalid.user_attrs["error"]
-    assert invalid.state == optuna.trial.TrialState.COMPLETE and invalid.constraints == {"infeasible": 1.0}
+    assert invalid.state == optuna.trial.TrialState.COMPLETE and invalid.system_attrs["constraints"] == [1.0]
     assert invalid.user_attrs["is_valid"] == 0 and invalid.user_attrs["wall_seconds"] == 0
     assert not (loaded.output_dir / f"trial-{invalid.number:05d}").exists()  # never launched
 
     oom = next(t for t in trials.values() if status_of(t) == "oom")
     assert oom.user_attrs["batch_size"] == 1024 and "can't allocate memory" in oom.user_attrs["error"]
-    assert oom.state == optuna.trial.TrialState.COMPLETE and oom.constraints == {"infeasible": 1.0}
+    assert oom.state == optuna.trial.TrialState.COMPLETE and oom.system_attrs["constraints"] == [1.0]
     assert oom.value == 0.0
 
     ok = trials[fsdp.key()]
     assert config_of(ok) == fsdp
-    assert status_of(ok) == "ok" and ok.constraints == {"infeasible": 0.0}
+    assert status_of(ok) == "ok" and ok.system_attrs["constraints"] == [0.0]
     assert ok.value == pytest.approx(ok.user_attrs["dataset_tokens_per_second_per_gpu"]) and ok.value > 0
     assert ok.user_attrs["wrapper"] == "FullyShardedDataParallel:FULL_SHARD"
     assert ok.user_attrs["number_gpus"] == 2 and ok.user_attrs["is_valid"] == 1

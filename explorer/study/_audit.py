@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.fault import expected_status
+from explorer.study._attrs import infeasibility
 from explorer.study._journal import JOURNAL_FILE
 from explorer.study._objectives import objective_value
 from explorer.study._record import counts, status_of
@@ -132,6 +133,8 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
                 out.bookkeeping["recovered"] += 1
             if status in ("oom", "invalid") and not t.user_attrs.get("error"):
                 problem(f"trial {t.number}: infeasible without a reason")
+            if status in ("oom", "invalid") and not infeasibility(t) > 0:
+                problem(f"trial {t.number}: {status} but its constraint does not mark it infeasible")
             if status == "failed" and not t.user_attrs.get("error"):
                 problem(f"trial {t.number}: failed without an error")
             if status == "failed" and int(t.user_attrs.get("attempt", 0)) < max_retries:

@@ -9,8 +9,9 @@
 The objectives' names are the study's Optuna metric names, so a trial's values follow from the
 study alone. An infeasible trial (oom, invalid) gets the worst placeholder of each objective (0
 for a maximized throughput, :data:`INFEASIBLE_MINIMIZED` for peak memory) and its real GPU count,
-with the ``infeasible`` constraint set; Optuna's constrained samplers rank it below every feasible
-trial either way.
+with its constraint set above 0 (:func:`explorer.study._record.mark_feasibility`); Optuna's
+constrained samplers rank it below every feasible trial either way, and optuna-dashboard shows it
+as infeasible.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from explorer.spec import LoadedStudy
 from explorer.study._journal import read_ahead
 from explorer.study._lines import describe
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
+from explorer.study._notes import describe_study
 from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
@@ -124,9 +125,10 @@ def _open_run(
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
-    if owned:  # a throw-away study in memory claims no folder
-        with drivers.turn():
+    with drivers.turn():
+        if owned:  # a throw-away study in memory claims no folder
             loaded = claim_run_folder(study, loaded)
+        describe_study(study, loaded)  # what the dashboard shows of the workload and hardware
     return loaded, study, storage, drivers
 
 

@@ -1,8 +1,16 @@
 """How a trial's outcome is written into Optuna: values, constraint, state and user_attrs.
 
-* ok: COMPLETE, value = dataset_tokens_per_second_per_gpu, constraint ``infeasible`` = 0.
-* oom / invalid: COMPLETE with the placeholder value 0.0 and constraint ``infeasible`` = 1, so that
-  TPE and GP learn from it (a FAIL would be ignored and resampled).
+* ok: COMPLETE, value = dataset_tokens_per_second_per_gpu, constraint 0 (feasible).
+* oom / invalid: COMPLETE with the placeholder value 0.0 and constraint 1 (infeasible), so that
+  TPE and GP learn from it (a FAIL would be ignored and resampled; GP reads COMPLETE trials only).
+
+The constraint is written as Optuna's list form, the trial system attribute ``constraints``
+(:data:`~explorer.study._attrs.CONSTRAINTS_KEY`): Optuna's samplers read it as one constraint, as
+they read ``Trial.set_constraint``'s per-key form, and optuna-dashboard reads only the list, so an
+oom or invalid trial shows there as infeasible (greyed out in the plots) instead of a real 0.
+
+Every finished trial also gets a dashboard note with its configuration in user units (see
+:mod:`explorer.study._notes`).
 * failed: FAIL, with the error text; re-enqueued while retries remain (status ``retry``).
 * interrupted: FAIL, re-enqueued on resume (status ``interrupted``).
 
@@ -26,7 +34,8 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Measurement, Outcome
-from explorer.study._attrs import answered_without_running, status_of
+from explorer.study._attrs import CONSTRAINTS_KEY, answered_without_running, infeasibility, status_of
+from explorer.study._notes import write_trial_note
 from explorer.study._objectives import INFEASIBLE_PLACEHOLDER, OBJECTIVE, trial_values
 from explorer.trial_config import TrialConfig, field_names
 
@@ -43,6 +52,7 @@ __all__ = [
     "counted_trials",
     "counts",
     "frozen",
+    "mark_feasibility",
     "answered_without_running",
     "record_driver",
     "set_user_attrs",
@@ -53,7 +63,6 @@ __all__ = [
     "status_of",
 ]
 
-CONSTRAINT = "infeasible"
 COUNTED = frozenset({"ok", "oom", "invalid", "failed"})
 MAX_ERROR_CHARS = 2000
 REUSED_ATTRS = ("status", "is_valid", "error", OBJECTIVE, "peak_memory_gib", "mfu")
@@ -85,9 +94,9 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
     """
     attrs = {key: source.user_attrs[key] for key in REUSED_ATTRS if key in source.user_attrs}
     set_user_attrs(trial, {**attrs, "reused_from": source.number, "wall_seconds": 0.0})
-    for key, value in source.constraints.items():
-        trial.set_constraint(key, value)
+    mark_feasibility(study, trial, infeasibility(source))
     study.tell(trial, source.values)
+    write_trial_note(study, trial)
     return str(status_of(source))
 
 
@@ -114,9 +123,19 @@ def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -
             "error": f"inferred: needs at least the memory of trial {source}, which ran out",
         },
     )
-    trial.set_constraint(CONSTRAINT, 1.0)
+    mark_feasibility(study, trial, 1.0)
     study.tell(trial, trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1))))
+    write_trial_note(study, trial)
     return Outcome.OOM.value
+
+
+def mark_feasibility(study: optuna.Study, trial: optuna.Trial, value: float) -> None:
+    """Set the running ``trial``'s constraint: ``value`` > 0 infeasible, else feasible.
+
+    Written as the list form (:data:`CONSTRAINTS_KEY`), the one optuna-dashboard reads; Optuna's
+    samplers read it as ``trial.constraints == {"0": value}``, one constraint as before.
+    """
+    study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(value)])
 
 
 def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
@@ -212,10 +231,12 @@ def record_outcome(
     set_user_attrs(trial, attrs)
     if outcome is Outcome.FAILED:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        write_trial_note(study, trial)
         return status
     feasible = outcome is Outcome.OK
-    trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
+    mark_feasibility(study, trial, 0.0 if feasible else 1.0)
     properties = measurement.properties if feasible else None
     gpus = int(trial.user_attrs.get("number_gpus", 1))
     study.tell(trial, trial_values(study, properties, number_gpus=gpus))
+    write_trial_note(study, trial)
     return status

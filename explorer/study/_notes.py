@@ -1,0 +1,214 @@
+"""What optuna-dashboard shows of a study besides Optuna's own records.
+
+* Study user attrs (:func:`study_attrs`): the model, method, dataset, hardware (GPU model, device,
+  device memory) and launcher, from the study file, written when ``optimize`` creates or opens the
+  study (only those that changed). The dashboard lists them on the study page.
+* A study note (Markdown, the dashboard's "Note" box): the same facts, and how to read the study
+  there; written once, so that an edit made in the dashboard is kept.
+* A note per finished trial (:func:`trial_note`): its outcome and its configuration in user units.
+  Optuna's parameters are encodings that let TPE search an ordered domain (see
+  :class:`explorer.space._domain.Ordered`): ``log2_batch_size`` 3 is batch size 8,
+  ``<knob>_index`` a position in the listed values. Changing them would change every search's
+  trial sequence (pinned by ``tests/test_search_sequences.py``), so the dashboard is told the user
+  units instead: in this note, and in the ``batch_size``-style user attrs (the dashboard's trial
+  table offers them as ``UserAttribute`` columns).
+
+The notes go through optuna-dashboard's own ``save_note`` (study system attrs
+``dashboard:...``); without optuna-dashboard installed (the ``dashboard`` extra) no note is
+written, and the user attrs still say everything.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from explorer.study._attrs import answered_without_running, infeasibility, status_of
+from explorer.study._objectives import OBJECTIVE, SECOND_OBJECTIVES
+from explorer.trial_config import field_names
+
+if TYPE_CHECKING:
+    import optuna
+
+    from explorer.spec import LoadedStudy
+
+__all__ = [
+    "describe_study",
+    "param_in_user_units",
+    "study_attrs",
+    "study_note",
+    "trial_note",
+    "write_trial_note",
+]
+
+MAX_NOTE_ERROR_CHARS = 600
+"""Of a trial's error, what its note quotes (the whole text is the ``error`` user attr)."""
+
+
+def _dashboard() -> Any:
+    """optuna-dashboard's package, or ``None`` where it is not installed."""
+    try:
+        import optuna_dashboard
+    except ImportError:
+        return None
+    return optuna_dashboard
+
+
+def param_in_user_units(name: str, value: Any, attrs: dict[str, Any]) -> tuple[str, Any] | None:
+    """The knob and its value in user units for the Optuna parameter ``name`` (``None``: the
+    parameter is the knob itself). ``attrs``: the trial's user attrs, which hold the configuration."""
+    for knob in (name.removeprefix("log2_"), name.removesuffix("_index")):
+        if knob != name and knob in attrs:
+            return knob, attrs[knob]
+    return None
+
+
+def _fenced(text: str) -> str:
+    """``text`` in a Markdown code block that no run of backticks inside it can close."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
+def _cell(value: Any) -> str:
+    return str(value).replace("|", "\\|")
+
+
+def trial_note(trial: optuna.trial.FrozenTrial, metric_names: list[str] | None = None) -> str:
+    """The Markdown note of a finished trial: outcome, then configuration in user units."""
+    attrs = trial.user_attrs
+    status = status_of(trial) or trial.state.name.lower()
+    lines = [f"### Trial {trial.number}: {status}", ""]
+    values = trial.values
+    if status == "ok" and values:
+        names = metric_names or [OBJECTIVE]
+        lines.append(", ".join(f"{name} **{v:,.6g}**" for name, v in zip(names, values, strict=False)))
+        if "peak_memory_gib" in attrs:
+            lines[-1] += f"; peak memory {float(attrs['peak_memory_gib']):.3g} GiB"
+    elif infeasibility(trial) > 0:
+        lines.append(
+            f"**Infeasible** ({status}): the value {', '.join(f'{v:g}' for v in values or [])} is a "
+            "placeholder that keeps the sampler learning, not a measurement."
+        )
+    elif status in ("failed", "retry"):
+        lines.append(
+            f"**Failed** ({status}): not measured" + (", run again" if status == "retry" else "") + "."
+        )
+    if "reused_from" in attrs:
+        lines.append(f"Answered from trial {attrs['reused_from']} (the same configuration), not run.")
+    elif "inferred_from" in attrs:
+        lines.append(f"Inferred, not run: it needs at least the memory of trial {attrs['inferred_from']}.")
+    elif isinstance(stored := attrs.get("reused_from_store"), dict):
+        lines.append(
+            f"Answered from the measurement store: study {stored.get('study')!r}, trial {stored.get('trial')}."
+        )
+    if attrs.get("error") and not answered_without_running(trial):
+        lines += ["", _fenced(str(attrs["error"])[:MAX_NOTE_ERROR_CHARS])]
+
+    searched: dict[str, str] = {}
+    for name, value in trial.params.items():
+        decoded = param_in_user_units(name, value, attrs)
+        knob = decoded[0] if decoded else name
+        searched[knob] = f"`{name}` = {value}" if decoded else "searched"
+    rows = [
+        (knob, attrs[knob], searched.get(knob, "fixed"))
+        for knob in field_names()
+        if attrs.get(knob) is not None
+    ]
+    rows += [(knob, trial.params[knob], how) for knob, how in searched.items() if knob not in attrs]
+    lines += ["", "| knob | value | Optuna parameter |", "|---|---|---|"]
+    lines += [f"| {_cell(k)} | {_cell(v)} | {_cell(how)} |" for k, v, how in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_trial_note(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Save ``trial``'s note (it has just finished) with optuna-dashboard's ``save_note``."""
+    dashboard = _dashboard()
+    if dashboard is None:
+        return
+    stored = study._storage.get_trial(trial._trial_id)
+    names = study.metric_names if len(study.directions) > 1 else None
+    dashboard.save_note(trial, trial_note(stored, names))
+
+
+def _dataset(loaded: LoadedStudy) -> str:
+    d = loaded.spec.workload.dataset
+    if d.kind == "jsonl":
+        return f"jsonl {loaded.dataset_path or d.path} (text field {d.text_field!r})"
+    lengths = f"{d.min_tokens}" if d.max_tokens in (None, d.min_tokens) else f"{d.min_tokens}-{d.max_tokens}"
+    shape = f", {d.lengths} lengths" if d.max_tokens not in (None, d.min_tokens) else ""
+    if d.lengths == "lognormal":
+        shape += f" (median {d.median_tokens}, sigma {d.sigma})"
+    preset = f" ({d.preset})" if d.preset else ""
+    return f"synthetic{preset}: {d.entries} entries of {lengths} tokens{shape}, seed {d.seed}"
+
+
+def study_attrs(loaded: LoadedStudy) -> dict[str, Any]:
+    """The study's user attrs that say what it measures and on what (from the study file)."""
+    spec = loaded.spec
+    w, r = spec.workload, spec.resources
+    model = w.model.name + (f" ({loaded.model_path})" if loaded.model_path else "")
+    if w.model.architecture and w.model.architecture.get("model_type"):
+        model += f", {w.model.architecture['model_type']} built from its config"
+    method: str = w.method.kind
+    if method == "lora":
+        method += f" (r {w.method.r}, alpha {w.method.alpha}, {', '.join(w.method.target_modules)})"
+    launcher: str = spec.launcher.kind
+    if launcher == "replay" and loaded.replay_table is not None:
+        launcher += f" of {loaded.replay_table.path}"
+    objectives = f"{OBJECTIVE} (maximize)"
+    if second := spec.second_objective:
+        objectives += f", {second} ({SECOND_OBJECTIVES[second]})"
+    return {
+        "objectives": objectives,
+        "model": model,
+        "method": method,
+        "dataset": _dataset(loaded),
+        "model_max_length": w.model_max_length,
+        "torch_dtype": w.torch_dtype,
+        "gpu_model": r.gpu_model,
+        "device": r.device,
+        "device_memory_gib": r.device_memory_gib
+        if r.device_memory_gib is not None
+        else "the whole device (no cap)",
+        "gpus_per_node": r.gpus_per_node,
+        "nodes": r.nodes,
+        "launcher": launcher,
+    }
+
+
+def study_note(loaded: LoadedStudy) -> str:
+    """The study's Markdown note: what it measures, and how to read it in optuna-dashboard."""
+    attrs = study_attrs(loaded)
+    facts = "\n".join(f"- **{k}**: {v}" for k, v in attrs.items())
+    return f"""## {loaded.spec.name}
+
+The fastest configuration (dataset tokens per second per GPU) for this job, searched by explorer.
+
+{facts}
+
+### Reading this study here
+
+- **Infeasible trials**: a configuration that ran out of memory (`oom`) or cannot run (`invalid`)
+  is *Complete* with the placeholder value 0 and a constraint above 0, so that Optuna's samplers
+  learn from it. The plots show it as *Infeasible* (grey); its note and its `status` and `error`
+  user attributes say why.
+- **Parameters** are Optuna's encodings: `log2_<knob>` is the knob's log2 (`log2_batch_size` 3 is
+  batch size 8), `<knob>_index` a position in the listed values. Each trial's note, and its user
+  attributes (the trial table's `UserAttribute` columns), give the values in user units.
+- **Hyperparameter importance** here counts the infeasible trials' placeholder zeros (the dashboard
+  computes it on every Complete trial). For importances over the feasible trials only, run
+  `explorer report {loaded.file}`.
+"""
+
+
+def describe_study(study: optuna.Study, loaded: LoadedStudy) -> None:
+    """Write :func:`study_attrs` (those that changed) and, where the study has none yet, the study
+    note (with optuna-dashboard installed)."""
+    current = study.user_attrs
+    for key, value in study_attrs(loaded).items():
+        if current.get(key) != value:
+            study.set_user_attr(key, value)
+    dashboard = _dashboard()
+    if dashboard is not None and not dashboard.get_note(study):
+        dashboard.save_note(study, study_note(loaded))
