@@ -11,6 +11,7 @@ from typing import Any
 
 from explorer.measurement import Properties
 from explorer.trial_config import TrialConfig
+from tests.conftest import TINY_ARCH
 
 
 def properties(value: float, **overrides: Any) -> Properties:
@@ -62,16 +63,7 @@ GRANITE_FSDP2 = dict(
 """A configuration of the granite benchmark space (4 GPUs, per-device batch 8), for ``config``."""
 
 
-TINY_GRANITE = {
-    "model_type": "granite",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 4096,
-    "max_position_embeddings": 256,
-}
+TINY_GRANITE = {**TINY_ARCH, "model_type": "granite"}
 """The tiny llama's shape as a granite (the model of issue 15), for ``workload.model.architecture``."""
 
 
