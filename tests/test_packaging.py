@@ -59,7 +59,11 @@ def test_a_wheel_in_a_fresh_venv_runs_best_outside_the_source_tree(tmp_path):
         _run(python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", cwd=tmp_path).strip()
     )
     (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    _run(python, "-m", "pip", "install", "--no-deps", "-q", wheel, cwd=tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # --ignore-installed: this checkout's editable install is visible through the .pth
+    _run(
+        python, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q", wheel, cwd=tmp_path, env=env
+    )
 
     work = tmp_path / "work"
     work.mkdir()
@@ -73,7 +77,6 @@ def test_a_wheel_in_a_fresh_venv_runs_best_outside_the_source_tree(tmp_path):
         search_space=str(ROOT / "search_spaces" / "cpu-table.yaml"),
     )
     (work / "study.yaml").write_text(yaml.safe_dump(study))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     explorer = venv / "bin" / "explorer"
     where = _run(python, "-c", "import explorer; print(explorer.__file__)", cwd=work, env=env)
     assert where.startswith(str(site)), where
