@@ -63,6 +63,7 @@ def test_measure_exits_1_when_no_repeat_measured(write_study):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # a real measure run: in `make test-slow`
 def test_measure_warns_when_the_measurement_misses_its_precision_target(write_study):
     """No CPU holds its step times within 0.01% over four steps: the figure is flagged."""
     study = write_study({"measurement": {"measured_steps": 4, "target_rel_ci": 0.0001}})
