@@ -103,6 +103,48 @@ def test_a_row_that_does_not_parse_names_its_line(tmp_path):
         ReplayTable.read(path)
 
 
+def test_float_and_boolean_knobs_round_trip(tmp_path):
+    """checkpoint_fraction is a float column, liger_kernel a boolean one, however spelled."""
+    rows = [
+        _row(4, True, 100.0, checkpoint_fraction="0.5", liger_kernel="True"),
+        _row(4, True, 90.0, checkpoint_fraction="1.0", liger_kernel="0"),
+        _row(4, False, 80.0, checkpoint_fraction="", liger_kernel="false"),  # inactive: no fraction
+    ]
+    table = ReplayTable.read(_write(tmp_path / "t.csv", rows), model_name="tiny-llama")
+    fraction = table.rows[0].params["checkpoint_fraction"]
+    assert isinstance(fraction, float) and fraction == pytest.approx(0.5)
+    assert [r.params["liger_kernel"] for r in table.rows] == [True, False, False]
+
+    def tput(**kw) -> float:
+        m = table.measurement(_cfg(batch_size=4, model_max_length=64, **kw))
+        assert m.outcome is Outcome.OK, m.error
+        return m.properties.dataset_tokens_per_second_per_gpu
+
+    assert tput(gradient_checkpointing=True, checkpoint_fraction=0.5, liger_kernel=True) == pytest.approx(
+        100.0
+    )
+    assert tput(gradient_checkpointing=True, checkpoint_fraction=1.0) == pytest.approx(90.0)
+    assert tput(gradient_checkpointing=False) == pytest.approx(80.0)
+
+
+def test_lookup_is_by_configuration_key(tmp_path):
+    """Rows are indexed once by their configuration: a lookup finds them without scanning, and
+    finds the same rows a scan would (repeats together, in table order)."""
+    rows = [_row(bs, ckpt, float(bs + ckpt)) for bs in range(1, 201) for ckpt in (False, True)]
+    rows.append(_row(7, True, 99.0))  # a repeat
+    table = ReplayTable.read(_write(tmp_path / "t.csv", rows), model_name="tiny-llama")
+    every = list(table.rows)
+    table.rows = []  # the index answers alone
+    for bs in (1, 7, 200):
+        for ckpt in (False, True):
+            found = table.lookup(_cfg(batch_size=bs, gradient_checkpointing=ckpt, model_max_length=64))
+            scanned = [
+                r for r in every if (r.params["batch_size"], r.params["gradient_checkpointing"]) == (bs, ckpt)
+            ]
+            assert found == scanned and len(found) == (2 if (bs, ckpt) == (7, True) else 1)
+    assert table.lookup(_cfg(batch_size=201, model_max_length=64)) == []
+
+
 def test_optimize_replays_a_study_without_running_anything(write_study, tmp_path):
     """A real Optuna study (sqlite) over a recorded table: no Ray, no worker process."""
     import ray

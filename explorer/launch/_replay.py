@@ -67,6 +67,8 @@ def _parse(name: str, text: str) -> Any:
     kind = knob(name).kind
     if kind == "int":
         return int(float(text))
+    if kind == "float":
+        return float(text)
     if kind == "bool":
         return _bool(text)
     return text
@@ -114,6 +116,13 @@ class ReplayTable:
         self.path = path
         self.rows = rows
         self.parameters = [c for c in columns if c in parameters()]
+        self._index: dict[tuple[Any, ...], list[_Row]] = {}
+        for row in rows:
+            self._index.setdefault(self._key(row.params), []).append(row)
+
+    def _key(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """A configuration's values of the table's parameter columns, in column order."""
+        return tuple(params.get(name) for name in self.parameters)
 
     @classmethod
     def read(
@@ -172,7 +181,7 @@ class ReplayTable:
     def lookup(self, config: TrialConfig) -> list[_Row]:
         """The rows measured with ``config`` (parameters without a column are not compared)."""
         want = _normalise({name: getattr(config, name) for name in self.parameters})
-        return [row for row in self.rows if all(row.params.get(k) == v for k, v in want.items())]
+        return list(self._index.get(self._key(want), ()))
 
     def missing_columns(self, configs: Iterable[TrialConfig]) -> list[str]:
         """Configuration fields that vary over ``configs`` but have no column in the table."""

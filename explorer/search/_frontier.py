@@ -99,9 +99,9 @@ def frontier_probe(
     if last is not None and mode_of(last) in to_try:
         mode = mode_of(last)
     else:
-        top = [m for m in to_try if not any(o != m and throughput_dominates(o, m) for o in alive)]
+        top = _undominated(to_try, alive)
         if not top:  # the modes that dominate the rest are searched out: the next ones down
-            top = [m for m in to_try if not any(o != m and throughput_dominates(o, m) for o in to_try)]
+            top = _undominated(to_try, list(to_try))
         random.Random(seed).shuffle(top)
 
         def unseen(m: TrialConfig) -> float:
@@ -111,3 +111,38 @@ def frontier_probe(
         mode = max(top, key=unseen)
     batches = to_try[mode]
     return batches[len(batches) // 2]
+
+
+def _undominated(modes: Iterable[TrialConfig], by: Sequence[TrialConfig]) -> list[TrialConfig]:
+    """The ``modes`` (in order) that no other mode of ``by`` dominates under the throughput prior.
+
+    The same as testing each mode against all of ``by``, but a mode is first tested against a
+    few remembered dominators: each found dominator is climbed (its own dominator, and so on) to a
+    mode that dominates many, so that thousands of modes are not a quadratic scan."""
+    recent: list[TrialConfig] = []
+    out = []
+    for m in modes:
+        if any(o != m and throughput_dominates(o, m) for o in recent):
+            continue
+        hit = _dominator(m, by)
+        if hit is None:
+            out.append(m)
+            continue
+        for _ in range(_CLIMB):
+            up = _dominator(hit, by)
+            if up is None or up in recent:
+                break
+            hit = up
+        recent.insert(0, hit)
+        del recent[_RECENT:]
+    return out
+
+
+def _dominator(m: TrialConfig, by: Sequence[TrialConfig]) -> TrialConfig | None:
+    return next((o for o in by if o != m and throughput_dominates(o, m)), None)
+
+
+_RECENT = 16
+"""Dominating modes remembered by :func:`_undominated`."""
+_CLIMB = 8
+"""Most steps up from a found dominator (two distinct modes may dominate each other)."""
