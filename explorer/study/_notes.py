@@ -122,9 +122,13 @@ def trial_note(trial: optuna.trial.FrozenTrial, metric_names: list[str] | None =
 
 
 def write_trial_note(study: optuna.Study, trial: optuna.Trial) -> None:
-    """Save ``trial``'s note (it has just finished) with optuna-dashboard's ``save_note``."""
+    """Save ``trial``'s note (it has just finished) with optuna-dashboard's ``save_note``; not for
+    a study in memory, which no dashboard can open (benchmark-search's runs: a note is a quarter of
+    a replayed trial's time)."""
+    import optuna
+
     dashboard = _dashboard()
-    if dashboard is None:
+    if dashboard is None or isinstance(study._storage, optuna.storages.InMemoryStorage):
         return
     stored = study._storage.get_trial(trial._trial_id)
     names = study.metric_names if len(study.directions) > 1 else None
