@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -66,6 +68,19 @@ SUMMARIES = {
     "gpu_check.h100-bs8-rerun": ["1gpu-bs8"],
     "gpu_check.h100-cpu-init": ["1gpu-bs16", "1gpu-bs32-ckpt"],
 }
+
+
+def _assert_trials_to_98pct(figures: dict) -> None:
+    """A variant's median, p90 and share reached within 30, recomputed from its runs' counts."""
+    needed = figures["trials_to_98pct"]
+    assert figures["runs"] == len(needed) >= 20  # the issue asks for at least 20
+    ranked = sorted(math.inf if n is None else n for n in needed)
+    median = statistics.median(ranked)
+    assert figures["median_trials_to_98pct"] == (None if math.isinf(median) else median)
+    p90 = ranked[math.ceil(0.9 * len(ranked)) - 1]
+    assert figures["p90_trials_to_98pct"] == (None if math.isinf(p90) else p90)
+    within = sum(n is not None and n <= 30 for n in needed) / len(needed)
+    assert figures["share_reached_within_30"] == pytest.approx(within)
 
 
 @pytest.mark.parametrize("name", sorted(SUMMARIES))
@@ -134,23 +149,13 @@ def test_modelled_tables_recompute(model, monkeypatch):
 @pytest.mark.parametrize("name", ["search_benchmark.json", "search_benchmark.seeds40.json"])
 def test_search_benchmark_figures_recompute_from_each_runs_count(name):
     """benchmarks/search_tables.py search: medians, p90 and shares follow from the per-run counts."""
-    import math
-    import statistics
 
     result = json.loads((RESULTS / name).read_text())
     assert len(result) == 3
     for table in result.values():
         assert table["configurations_missing"] == 0 and 100 <= table["configurations_in_table"] <= 300
         for figures in table["variants"].values():
-            needed = figures["trials_to_98pct"]
-            assert figures["runs"] == len(needed) >= 20  # the issue asks for at least 20
-            ranked = sorted(math.inf if n is None else n for n in needed)
-            median = statistics.median(ranked)
-            assert figures["median_trials_to_98pct"] == (None if math.isinf(median) else median)
-            p90 = ranked[math.ceil(0.9 * len(ranked)) - 1]
-            assert figures["p90_trials_to_98pct"] == (None if math.isinf(p90) else p90)
-            within = sum(n is not None and n <= 30 for n in needed) / len(needed)
-            assert figures["share_reached_within_30"] == pytest.approx(within)
+            _assert_trials_to_98pct(figures)
 
 
 def test_every_inferred_oom_of_the_cpu_grid_was_measured_as_oom():
@@ -324,8 +329,6 @@ def test_knobs_search_benchmark_recomputes_from_each_runs_count():
     shares follow from the per-run counts; the default reaches 98% of the best in at most 25
     trials (median), next to random and plain TPE in the same run (issue 15)."""
     import csv
-    import math
-    import statistics
 
     result = json.loads((RESULTS / KNOBS_RESULT).read_text())
     (name, table), *others = result.items()
@@ -337,16 +340,8 @@ def test_knobs_search_benchmark_recomputes_from_each_runs_count():
     assert table["best"] == pytest.approx(best)
     assert set(table["variants"]) == {"default", "random", "optuna"}
     for figures in table["variants"].values():
-        needed = figures["trials_to_98pct"]
-        assert figures["runs"] == len(needed) >= 20
-        assert all(n is None or 1 <= n <= table["n_trials"] for n in needed)
-        ranked = sorted(math.inf if n is None else n for n in needed)
-        median = statistics.median(ranked)
-        assert figures["median_trials_to_98pct"] == (None if math.isinf(median) else median)
-        p90 = ranked[math.ceil(0.9 * len(ranked)) - 1]
-        assert figures["p90_trials_to_98pct"] == (None if math.isinf(p90) else p90)
-        within = sum(n is not None and n <= 30 for n in needed) / len(needed)
-        assert figures["share_reached_within_30"] == pytest.approx(within)
+        assert all(n is None or 1 <= n <= table["n_trials"] for n in figures["trials_to_98pct"])
+        _assert_trials_to_98pct(figures)
     assert table["variants"]["default"]["median_trials_to_98pct"] <= 25
 
 
