@@ -1,0 +1,1 @@
+"""explorer plan: time and cost of the real run."""
