@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     _status_arguments(sub)
     _dashboard_arguments(sub)
     _best_arguments(sub)
+    _plan_arguments(sub)
     _audit_arguments(sub)
     _validate_arguments(sub)
     return parser
@@ -211,6 +212,47 @@ def _best_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+def _plan_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = sub.add_parser(
+        "plan",
+        help="how long and how much the real run takes: the fastest, the cheapest, and the cheapest "
+        "that meets a deadline",
+        description="Read finished studies of one workload (one per GPU model, or one) and print, for "
+        "each GPU model and GPU count, the best configuration with its predicted wall-clock time, "
+        "GPU-hours, cost and whether it meets the deadline. GPU counts above the largest measured one "
+        "(up to --max-gpus) come from a per-strategy scaling fit, marked as extrapolated with its band; "
+        "the fit's error on measured points held back from it is printed too. Writes explorer best's "
+        "files for the cheapest run that meets the deadline (else the cheapest). Each value may also "
+        "come from the study file's budget and prices sections.",
+    )
+    plan.add_argument(
+        "study",
+        metavar="STUDY.yaml",
+        nargs="+",
+        help=_STUDY_HELP + "; several: one workload on other GPU models",
+    )
+    plan.add_argument("--storage", metavar="URL", help=_STORAGE_HELP + " (every study's)")
+    plan.add_argument("--tokens", metavar="N", help="dataset tokens in one epoch (2e9, 2B, 500M)")
+    plan.add_argument("--epochs", metavar="E", help="passes over the dataset (default 1)")
+    plan.add_argument("--deadline", metavar="TIME", help="wall-clock limit: 36h, 1.5d, 90m, or hours")
+    plan.add_argument(
+        "--max-gpus", type=int, metavar="G", help="most GPUs the run may hold (default: the most measured)"
+    )
+    plan.add_argument(
+        "--price",
+        action="append",
+        default=[],
+        metavar="MODEL=USD",
+        help="USD per GPU-hour of a GPU model (repeat per model; overrides the study file's prices)",
+    )
+    plan.add_argument(
+        "--out", metavar="DIR", help="folder for the chosen run's files (default: <output_dir>/plan)"
+    )
+    plan.add_argument(
+        "--steps", type=int, default=20, metavar="N", help="measured steps the printed commands train for"
+    )
+
+
 def _audit_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     aud = sub.add_parser(
         "audit",
@@ -270,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "best":
             return _best(args)
+        if args.command == "plan":
+            return _plan(args)
         if args.command == "audit":
             return _audit(args)
     except SpecError as exc:
@@ -532,6 +576,39 @@ def _best(args: argparse.Namespace) -> int:
         print(line)
     for line in pareto_lines(study):  # a multi-objective study: every trade-off, not one best
         print(line)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.plan import make_plan, plan_job, plan_lines, same_workload, write_chosen
+    from explorer.study import open_existing_study, recorded_run_folder
+    from explorer.study_file import load_study
+
+    loaded = [load_study(f, storage=args.storage, check_model=False) for f in args.study]
+    same_workload(loaded)
+    job = plan_job(
+        [lo.spec for lo in loaded],
+        tokens=args.tokens,
+        epochs=args.epochs,
+        deadline=args.deadline,
+        max_gpus=args.max_gpus,
+        prices=args.price,
+        file=args.study[0],
+    )
+    studies = []
+    for lo in loaded:
+        study = open_existing_study(lo)
+        studies.append((recorded_run_folder(study, lo), study))
+    plan = make_plan(studies, job)
+    for line in plan_lines(plan):
+        print(line)
+    written = write_chosen(plan, studies, Path(args.out) if args.out else None, steps=args.steps)
+    if written is not None:
+        row, files = written
+        print(f"files for the chosen run ({row.number_gpus} x {row.gpu_model}): {files.job.parent}")
+        print(f"  {files.torchrun}")
     return 0
 
 

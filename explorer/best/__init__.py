@@ -7,13 +7,14 @@ from explorer.best._render import (
     torchrun_command,
 )
 from explorer.best._select import MIN_TOLERANCE, Selection, noise_tolerance, select_best
-from explorer.best._write import BestFiles, summary_lines, write_best
+from explorer.best._write import BestFiles, device_type_of, summary_lines, write_best, write_config
 
 __all__ = [
     "MIN_TOLERANCE",
     "BestFiles",
     "Selection",
     "accelerate_command",
+    "device_type_of",
     "noise_tolerance",
     "render_accelerate",
     "select_best",
@@ -21,4 +22,5 @@ __all__ = [
     "template_for",
     "torchrun_command",
     "write_best",
+    "write_config",
 ]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
     from explorer.trial_config import TrialConfig
 
-__all__ = ["BestFiles", "device_type_of", "summary_lines", "write_best"]
+__all__ = ["BestFiles", "device_type_of", "summary_lines", "write_best", "write_config"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,35 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
     Returns:
         The paths written and the two command lines.
     """
+    best = selection.best
+    return write_config(
+        loaded,
+        config_of(best),
+        out_dir,
+        steps=steps,
+        trial_number=best.number,
+        device_type=device_type_of(loaded, best),
+        title=f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
+        f"{objective_value(best):.1f} dataset tokens/s per GPU.",
+    )
+
+
+def write_config(
+    loaded: LoadedStudy,
+    config: TrialConfig,
+    out_dir: Path,
+    *,
+    steps: int,
+    trial_number: int,
+    device_type: str,
+    title: str,
+) -> BestFiles:
+    """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
+    may hold more GPUs than any trial did); ``title`` heads each file."""
     from explorer.paths import inside
     from explorer.worker._train import training_kwargs
 
-    best = selection.best
-    job = TrialJob.for_study(loaded, config_of(best), trial_number=best.number)
-    device_type = device_type_of(loaded, best)
+    job = TrialJob.for_study(loaded, config, trial_number=trial_number)
     layers = _layer_classes(loaded, job)
     files = {
         name: out_dir / name
@@ -78,8 +101,7 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
     inside(out_dir, files.values(), file=str(loaded.file))
     out_dir.mkdir(parents=True, exist_ok=True)
     header = (
-        f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
-        f"{objective_value(best):.1f} dataset tokens/s per GPU.",
+        title,
         f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
     )
     files["accelerate.yaml"].write_text(

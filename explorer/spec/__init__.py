@@ -5,6 +5,7 @@ from explorer.spec._load import LoadedStudy, read_yaml
 from explorer.spec._models import (
     FAULT_KINDS,
     SYNTHETIC_PRESETS,
+    BudgetSpec,
     DatasetSpec,
     DurationSpec,
     FaultKind,
@@ -18,9 +19,12 @@ from explorer.spec._models import (
     StudySpec,
     SyntheticPreset,
     WorkloadSpec,
+    parse_amount,
+    parse_hours,
 )
 
 __all__ = [
+    "BudgetSpec",
     "DatasetSpec",
     "FAULT_KINDS",
     "DurationSpec",
@@ -37,5 +41,7 @@ __all__ = [
     "SYNTHETIC_PRESETS",
     "SyntheticPreset",
     "WorkloadSpec",
+    "parse_amount",
+    "parse_hours",
     "read_yaml",
 ]

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SerializerFunctionWrapHandler,
@@ -22,9 +23,12 @@ from pydantic import (
 from explorer.errors import did_you_mean
 
 __all__ = [
+    "BudgetSpec",
     "DatasetSpec",
     "FAULT_KINDS",
     "LENGTH_DEFAULTS",
+    "parse_amount",
+    "parse_hours",
     "SYNTHETIC_PRESETS",
     "DurationSpec",
     "FaultKind",
@@ -531,6 +535,58 @@ class FaultSpec(_Spec):
     """``actor_kill``/``node_restart``: seconds after the trial started (virtual seconds on replay)."""
 
 
+_SCALE = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9, "t": 1e12}
+_HOURS = {"": 1.0, "h": 1.0, "m": 1 / 60, "min": 1 / 60, "d": 24.0, "s": 1 / 3600}
+
+
+def parse_amount(text: object, *, units: dict[str, float] = _SCALE) -> float:
+    """A positive number, perhaps with a unit suffix: ``2e9``, ``2B`` and ``2G`` are 2,000,000,000
+    tokens; with ``units=`` hours' suffixes, ``36h``, ``1.5d`` and ``90m`` are hours.
+
+    Raises:
+        ValueError: not a positive finite number with one of the suffixes.
+    """
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise ValueError(f"{text!r} is not a number")
+    match = re.fullmatch(r"\s*([0-9.]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*", str(text).lower())
+    if match is None or match.group(2) not in units:
+        suffixes = ", ".join(k for k in units if k)
+        raise ValueError(f"{text!r} is not a number (suffixes: {suffixes})")
+    value = float(match.group(1)) * units[match.group(2)]
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{text!r} must be positive")
+    return value
+
+
+def parse_hours(text: object) -> float:
+    """Hours from ``36``, ``36h``, ``1.5d``, ``90m`` (see :func:`parse_amount`)."""
+    return parse_amount(text, units=_HOURS)
+
+
+Tokens = Annotated[float, BeforeValidator(parse_amount)]
+Hours = Annotated[float, BeforeValidator(parse_hours)]
+
+
+class BudgetSpec(_Spec):
+    """The real fine-tune the study prepares for: ``explorer plan`` predicts its time and cost from
+    the study's trials (each value can be given on its command line instead)."""
+
+    tokens: Tokens
+    """Dataset tokens in one epoch of the real run (``2e9``, ``2B`` or ``2000000000``)."""
+    epochs: PositiveFloat = 1.0
+    """Passes over the dataset."""
+    deadline_hours: Hours | None = None
+    """Wall-clock hours the run must finish in (``explorer plan`` marks the cheapest that does)."""
+    max_gpus: PositiveInt | None = None
+    """Most GPUs the real run may hold; beyond the largest measured count, ``explorer plan``
+    extrapolates with its scaling fit (marked as such). ``None``: the largest measured count."""
+
+    @property
+    def total_tokens(self) -> float:
+        """Dataset tokens over every epoch."""
+        return self.tokens * self.epochs
+
+
 class StudySpec(_Spec):
     """A whole study file."""
 
@@ -576,6 +632,11 @@ class StudySpec(_Spec):
     hardware, by this study or any other in the same storage, from the measurement store
     (``reused_from_store``) instead of running it; ``false``: always run, and store nothing.
     See :mod:`explorer.store` for what "the same" holds."""
+    prices: dict[NonEmptyStr, PositiveFloat] = Field(default_factory=dict)
+    """USD per GPU-hour, by GPU model (``resources.gpu_model``): ``explorer plan`` costs each
+    configuration with them (``--price MODEL=USD`` overrides one)."""
+    budget: BudgetSpec | None = None
+    """The real run's token budget, deadline and GPU limit, for ``explorer plan``."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

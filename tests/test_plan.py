@@ -1,0 +1,167 @@
+"""``explorer plan`` on real CPU trials of two declared GPU models, replayed from their table.
+
+The table (``benchmarks/results/tables/cpu-two-models.csv``, written by
+``benchmarks/plan_cpu.py``) holds real CPU trials on logical GPUs of two models that differ in
+threads and memory per process. The plan's arithmetic is checked against a hand computation from
+each trial's raw measurements (dataset tokens and seconds of its measured window).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from explorer.cli import main
+from explorer.plan import PlanJob, make_plan, plan_job
+from explorer.study import open_existing_study
+from explorer.study_file import load_study
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = "benchmarks/results/tables/cpu-two-models.csv"
+STUDIES = ("benchmarks/plan_studies/replay-cpu-small.yaml", "benchmarks/plan_studies/replay-cpu-large.yaml")
+SPACE = "search_spaces/plan-cpu.yaml"
+PRICES = {"CPU-small": 1.0, "CPU-large": 2.5}
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The two replay studies, run to the end in a copy of their folders."""
+    root = tmp_path_factory.mktemp("plan")
+    for rel in (TABLE, SPACE, *STUDIES):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / rel, root / rel)
+    files = [root / rel for rel in STUDIES]
+    for file in files:
+        assert main(["optimize", str(file)]) == 0
+    return files
+
+
+def _measured() -> dict[tuple[str, int], tuple[float, dict[str, str]]]:
+    """By hand: each (GPU model, GPU count)'s best per-GPU rate from the raw window measurements."""
+    best: dict[tuple[str, int], tuple[float, dict[str, str]]] = {}
+    with (ROOT / TABLE).open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["status"] != "ok" or row.get("reused_from"):
+                continue
+            n = int(row["number_gpus"])
+            per_gpu = float(row["measured_dataset_tokens"]) / float(row["measured_seconds"]) / n
+            key = (row["gpu_model"], n)
+            if per_gpu > best.get(key, (0.0, {}))[0]:
+                best[key] = (per_gpu, row)
+    return best
+
+
+def _plan(files: list[Path], **job: object) -> object:
+    studies = []
+    for file in files:
+        loaded = load_study(file, check_model=False)
+        studies.append((loaded, open_existing_study(loaded)))
+    return make_plan(studies, PlanJob(prices=PRICES, **job))  # type: ignore[arg-type]
+
+
+def test_the_marks_and_their_arithmetic_follow_the_raw_measurements(replayed: list[Path]) -> None:
+    tokens, epochs = 1e9, 2.0
+    hand = _measured()
+    hours = {k: tokens * epochs / (v[0] * k[1]) / 3600 for k, v in hand.items()}
+    cost = {k: hours[k] * k[1] * PRICES[k[0]] for k in hand}
+    fastest = min(hand, key=lambda k: hours[k])
+    cheapest = min(hand, key=lambda k: cost[k])
+    deadline = (hours[fastest] + hours[cheapest]) / 2  # between them: the cheapest misses it
+    in_time = [k for k in hand if hours[k] <= deadline]
+    by_deadline = min(in_time, key=lambda k: cost[k])
+
+    plan = _plan(replayed, tokens=tokens, epochs=epochs, deadline_hours=deadline, max_gpus=2)
+    rows = {(r.gpu_model, r.number_gpus): r for r in plan.rows}  # type: ignore[attr-defined]
+    assert set(rows) == set(hand)
+    for key, row in rows.items():
+        assert not row.extrapolated
+        assert row.per_gpu == pytest.approx(hand[key][0], rel=1e-3)
+        assert row.hours(plan.job) == pytest.approx(hours[key], rel=1e-3)  # type: ignore[attr-defined]
+        assert row.cost(plan.job) == pytest.approx(cost[key], rel=1e-3)  # type: ignore[attr-defined]
+    marks = plan.marks  # type: ignore[attr-defined]
+    assert (marks.fastest.gpu_model, marks.fastest.number_gpus) == fastest
+    assert (marks.cheapest.gpu_model, marks.cheapest.number_gpus) == cheapest
+    assert (marks.by_deadline.gpu_model, marks.by_deadline.number_gpus) == by_deadline
+    # the must-show: the fastest run in time is another configuration than the cheapest
+    assert marks.fastest.config != marks.cheapest.config
+    assert marks.chosen is marks.by_deadline
+    assert marks.fastest.config.batch_size == int(hand[fastest][1]["batch_size"])
+
+
+def test_explorer_plan_prints_the_table_writes_the_choice_and_reports_the_fit_error(
+    replayed: list[Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "chosen"
+    assert main(["plan", *map(str, replayed), "--max-gpus", "8", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    plan = _plan(replayed, tokens=2e8, epochs=2.0, deadline_hours=12.0, max_gpus=8)
+    extrapolated = [r for r in plan.rows if r.extrapolated]  # type: ignore[attr-defined]
+    assert extrapolated, "8 GPUs lie beyond the 2 measured: the plan extrapolates"
+    assert all(r.number_gpus > 2 and r.low is not None for r in extrapolated)
+    lines = text.splitlines()
+    table = lines[
+        lines.index("") + 1 : next(i for i, line in enumerate(lines) if line.startswith("F fastest"))
+    ]
+    assert len(table) == 1 + len(plan.rows)  # type: ignore[attr-defined]
+    assert sum(" extrapolated " in line for line in table) == len(extrapolated)
+    assert "extrapolated: beyond the measured nodes: inter-node cost not measured" in lines
+    for name, held in plan.held_back.items():  # type: ignore[attr-defined]
+        assert held.rows, f"{name}: every batch size was measured on 1 and 2 GPUs"
+        errors = [abs(r.rel_error) for r in held.rows]
+        assert held.mean_abs_rel_error == pytest.approx(sum(errors) / len(errors), rel=1e-9)
+        for line in held.describe():
+            assert line in text
+    assert (out / "job.json").is_file() and (out / "launch.sh").is_file()
+    chosen = plan.marks.chosen  # type: ignore[attr-defined]
+    assert f"{chosen.number_gpus} x {chosen.gpu_model}" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--price", "CPU-small"], "--price: CPU-small: give MODEL=USD_PER_GPU_HOUR"),
+        (["--price", "CPU-small=cheap"], "--price: CPU-small=cheap: 'cheap' is not a number"),
+        (["--tokens", "lots"], "--tokens: 'lots' is not a number"),
+        (["--deadline", "soon"], "--deadline: 'soon' is not a number"),
+        (["--deadline", "0h"], "--deadline: '0h' must be positive"),
+        (["--max-gpus", "0"], "--max-gpus: 0 must be at least 1"),
+    ],
+)
+def test_bad_plan_options_get_one_line_and_status_2(
+    replayed: list[Path], capsys: pytest.CaptureFixture[str], args: list[str], says: str
+) -> None:
+    assert main(["plan", str(replayed[0]), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"explorer: error: {says}"), lines
+
+
+def test_studies_of_other_workloads_are_not_planned_together(replayed: list[Path], tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    text = replayed[1].read_text().replace("model_max_length: 128", "model_max_length: 96")
+    text = text.replace("../results/tables", str(replayed[1].parent.parent / "results/tables"))
+    other.write_text(
+        text.replace("../../search_spaces", str(replayed[1].parent.parent.parent / "search_spaces"))
+    )
+    with pytest.raises(Exception, match="workload.model_max_length: differs"):
+        from explorer.plan import same_workload
+
+        same_workload([load_study(replayed[0], check_model=False), load_study(other, check_model=False)])
+
+
+def test_the_job_comes_from_the_study_file_unless_the_command_line_says_otherwise(
+    replayed: list[Path],
+) -> None:
+    spec = load_study(replayed[0], check_model=False).spec
+    job = plan_job([spec], file="x")
+    assert (job.tokens, job.epochs, job.deadline_hours, job.max_gpus) == (2e8, 2.0, 12.0, 8)
+    assert dict(job.prices) == PRICES
+    job = plan_job([spec], tokens="2B", deadline="1.5d", prices=["CPU-large=3"], file="x")
+    assert job.total_tokens == pytest.approx(4e9)
+    assert job.deadline_hours == pytest.approx(36.0)
+    assert job.prices["CPU-large"] == 3.0 and math.isclose(job.prices["CPU-small"], 1.0)
