@@ -39,6 +39,6 @@ def select_best(study: optuna.Study) -> Selection | None:
         return None
     best = ranking[0]
     tolerance = noise_tolerance(best)
-    floor = (objective_value(best) or 0.0) * (1.0 - tolerance)
-    runners_up = [t for t in ranking[1:] if (objective_value(t) or 0.0) >= floor]
+    top = objective_value(best) or 0.0
+    runners_up = [t for t in ranking[1:] if abs((objective_value(t) or 0.0) - top) <= tolerance * abs(top)]
     return Selection(best=best, runners_up=runners_up, tolerance=tolerance)

@@ -124,17 +124,16 @@ def _gpu_model(loaded: LoadedStudy, config: TrialConfig) -> str:
 def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) -> StudyRows:
     """The measured feasible configurations of ``study`` (the best trial of each) and its fit."""
     from explorer.report import feasible_ranking
-    from explorer.study import config_of
-    from explorer.study._objectives import objective_value
+    from explorer.study import OBJECTIVE, config_of
 
     seen: set[str] = set()
     rows = []
-    for trial in feasible_ranking(study):
+    trials = [(t, float(t.user_attrs.get(OBJECTIVE) or 0.0)) for t in feasible_ranking(study)]
+    for trial, per_gpu in sorted(trials, key=lambda tp: -tp[1]):  # whatever the study's objective
         config = config_of(trial)
-        if config.key() in seen or not (objective_value(trial) or 0) > 0:
+        if config.key() in seen or not per_gpu > 0:
             continue
         seen.add(config.key())
-        per_gpu = float(objective_value(trial) or 0.0)
         rows.append(
             PlanRow(
                 study=loaded.spec.name,

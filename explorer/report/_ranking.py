@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from explorer.knobs import knobs
 from explorer.study import answered_without_running, config_of, status_of
-from explorer.study._objectives import objective_value
+from explorer.study._objectives import OBJECTIVE, objective_value, ranking_sign
 
 if TYPE_CHECKING:
     import optuna
@@ -42,7 +42,8 @@ def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
         for t in study.get_trials(deepcopy=False)
         if status_of(t) == "ok" and objective_value(t) is not None and not answered_without_running(t)
     ]
-    return sorted(ok, key=lambda t: objective_value(t) or 0.0, reverse=True)
+    sign = ranking_sign(study)
+    return sorted(ok, key=lambda t: sign * (objective_value(t) or 0.0), reverse=True)
 
 
 def noise_tolerance(best: optuna.trial.FrozenTrial) -> float:
@@ -93,7 +94,7 @@ class RankedTrial:
         return cls(
             number=trial.number,
             config=config_of(trial),
-            per_gpu=objective_value(trial) or 0.0,
+            per_gpu=float(trial.user_attrs.get(OBJECTIVE) or 0.0),
             total=_number(attrs.get("dataset_tokens_per_second")),
             mfu=_number(attrs.get("mfu")),
             peak_memory_gib=_number(attrs.get("peak_memory_gib")),

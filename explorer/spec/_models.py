@@ -614,10 +614,31 @@ class StudySpec(_Spec):
     max_passed_over: NonNegativeInt = 8
     """Times younger waiting trials may start ahead of the oldest one; after that nothing else
     starts until it fits, so a large trial is never starved by a stream of small ones."""
-    second_objective: Literal["dataset_tokens_per_second", "number_gpus", "peak_memory_gib"] | None = None
-    """Besides maximizing dataset tokens per second per GPU: also maximize the whole trial's
-    ``dataset_tokens_per_second``, or minimize ``number_gpus`` or ``peak_memory_gib``. The study is
-    then multi-objective (Optuna's Pareto front; :mod:`explorer.study._objectives`)."""
+    objective: Literal[
+        "dataset_tokens_per_second_per_gpu",
+        "dataset_tokens_per_second",
+        "tokens_per_dollar",
+        "hours_for_budget",
+    ] = "dataset_tokens_per_second_per_gpu"
+    """What the study optimizes. ``dataset_tokens_per_second_per_gpu`` (the seeds' metric) favours
+    the fewest GPUs; ``dataset_tokens_per_second`` the fastest trial; ``tokens_per_dollar`` the
+    cheapest per token (needs ``prices`` for the GPU model); ``hours_for_budget`` (minimized) the
+    shortest time to process ``budget`` within the space's GPU counts (needs ``budget``). See
+    :mod:`explorer.study._objectives`."""
+    second_objective: (
+        Literal[
+            "dataset_tokens_per_second",
+            "tokens_per_dollar",
+            "hours_for_budget",
+            "number_gpus",
+            "peak_memory_gib",
+        ]
+        | None
+    ) = None
+    """Besides ``objective``: also maximize the whole trial's ``dataset_tokens_per_second`` or
+    ``tokens_per_dollar``, or minimize ``hours_for_budget``, ``number_gpus`` or ``peak_memory_gib``.
+    The study is then multi-objective (Optuna's Pareto front; :mod:`explorer.study._objectives`);
+    ``number_gpus`` charts throughput against GPU count."""
     when_converged: Literal["stop", "explore"] = "stop"
     """When the sampler keeps proposing configurations already answered: ``stop`` after 30 such
     proposals in a row (the study has nothing new to try); ``explore``: after one, run an
@@ -662,6 +683,22 @@ class StudySpec(_Spec):
         if not isinstance(value, (str, dict)):
             raise ValueError("give a search-space file name or a mapping with 'parameters'")
         return value
+
+    @model_validator(mode="after")
+    def _check_objectives(self) -> StudySpec:
+        chosen = {self.objective, self.second_objective}
+        if self.objective == self.second_objective:
+            raise ValueError(f"second_objective: {self.objective} is already the objective")
+        if "tokens_per_dollar" in chosen and self.resources.gpu_model not in self.prices:
+            raise ValueError(
+                f"prices: tokens_per_dollar needs a price for {self.resources.gpu_model!r} "
+                f"(USD per GPU-hour), e.g. prices: {{{self.resources.gpu_model}: 4.0}}"
+            )
+        if "hours_for_budget" in chosen and self.budget is None:
+            raise ValueError(
+                "budget: hours_for_budget needs budget.tokens (and epochs), e.g. budget: {tokens: 2e9}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_faults(self) -> StudySpec:

@@ -27,16 +27,22 @@ class Known:
     ooms: list[tuple[int, TrialConfig]] = field(default_factory=list)
     """(trial number, configuration) of every measured OOM: the proofs OOM inference cites."""
     feasible: dict[str, tuple[TrialConfig, float, int]] = field(default_factory=dict)
-    """(configuration, objective value, trial number) of every measured feasible configuration."""
+    """(configuration, objective value times :attr:`sign`, trial number) of every measured feasible
+    configuration."""
     peaks: dict[str, tuple[TrialConfig, float]] = field(default_factory=dict)
     """(configuration, measured per-device peak memory) of the feasible ones that report it."""
+    sign: float = 1.0
+    """``-1.0`` when the study's first objective is minimized: :attr:`feasible` holds the value
+    times it, so that higher is better either way."""
     failed: set[str] = field(default_factory=set)
     """Keys of the configurations that failed for good (their retries spent): local search and
     ``explore`` propose them no more (the sampler may; a repeat then runs again)."""
 
     @classmethod
     def from_study(cls, study: optuna.Study) -> Known:
-        known = cls()
+        from explorer.study._objectives import ranking_sign
+
+        known = cls(sign=ranking_sign(study))
         for t in study.get_trials(deepcopy=False):
             status = status_of(t)
             if status in ("ok", "oom") and not answered_without_running(t):
@@ -56,7 +62,7 @@ class Known:
         if status == "oom":
             self.ooms.append((trial.number, config))
         elif status == "ok" and trial.values:
-            self.feasible[config.key()] = (config, float(trial.values[0]), trial.number)
+            self.feasible[config.key()] = (config, self.sign * float(trial.values[0]), trial.number)
             peak = trial.user_attrs.get("peak_memory_gib")
             if isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0:
                 self.peaks[config.key()] = (config, float(peak))

@@ -28,6 +28,7 @@ from explorer.study._interrupt import Interrupted, StopRequest, signal_name, sig
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
+from explorer.study._objectives import PER_GPU_RANKED
 from explorer.study._peers import WAITS_FOR, Drivers, occupancy
 from explorer.study._record import (
     frozen,
@@ -103,8 +104,8 @@ class Loop:
                 space=loaded.space,
                 resources=spec.resources,
                 memory_prior=spec.sampler.memory_prior,
-                throughput_prior=spec.sampler.throughput_prior,
-                frontier=spec.sampler.frontier_start,
+                throughput_prior=spec.sampler.throughput_prior and spec.objective in PER_GPU_RANKED,
+                frontier=spec.sampler.frontier_start and spec.objective in PER_GPU_RANKED,
             )
             if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
             else None

@@ -1,10 +1,20 @@
-"""The study's objectives: dataset tokens per second per GPU (maximized), and optionally a second.
+"""The study's objectives: by default dataset tokens per second per GPU (maximized, the seeds'
+metric), and optionally a second.
 
-``second_objective`` in the study file adds one of:
+``objective`` in the study file chooses the first, ``second_objective`` adds one (:data:`OBJECTIVES`,
+:data:`SECOND_OBJECTIVES`):
 
+* ``dataset_tokens_per_second_per_gpu`` (maximized): the seeds' metric; it favours the fewest GPUs;
 * ``dataset_tokens_per_second`` (maximized): the whole trial's throughput, all GPUs together;
-* ``number_gpus`` (minimized): the GPUs a configuration holds;
-* ``peak_memory_gib`` (minimized): the largest per-device peak.
+* ``tokens_per_dollar`` (maximized): dataset tokens per USD, ``3600 * per-GPU rate / price`` with
+  the study's ``prices`` for its GPU model;
+* ``hours_for_budget`` (minimized): wall-clock hours to process the study's ``budget`` (tokens
+  times epochs) at the trial's total rate; the GPU-count limit is the space's ``number_gpus``;
+* second only: ``number_gpus`` (minimized), ``peak_memory_gib`` (minimized).
+
+The prices, the budget and the GPU model are written into the study (:data:`SETTINGS_ATTR`) when
+it is created, so every trial's value follows from the study alone, and a study whose file later
+names other prices keeps the values it was searched with.
 
 The objectives' names are the study's Optuna metric names, so a trial's values follow from the
 study alone. An infeasible trial (oom, invalid) gets the worst placeholder of each objective (0
@@ -16,7 +26,7 @@ as infeasible.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from explorer.measurement import Properties
 from explorer.study._attrs import answered_without_running, status_of
@@ -27,8 +37,13 @@ if TYPE_CHECKING:
 __all__ = [
     "INFEASIBLE_MINIMIZED",
     "OBJECTIVE",
+    "OBJECTIVES",
+    "PER_GPU_RANKED",
     "SECOND_OBJECTIVES",
+    "SETTINGS_ATTR",
     "best_feasible",
+    "objective_settings",
+    "ranking_sign",
     "pareto_front",
     "objective_value",
     "trial_values",
@@ -36,12 +51,28 @@ __all__ = [
 
 OBJECTIVE = "dataset_tokens_per_second_per_gpu"
 Direction = Literal["minimize", "maximize"]
+OBJECTIVES: dict[str, Direction] = {
+    OBJECTIVE: "maximize",
+    "dataset_tokens_per_second": "maximize",
+    "tokens_per_dollar": "maximize",
+    "hours_for_budget": "minimize",
+}
+"""The first objectives a study file may choose, and their directions."""
 SECOND_OBJECTIVES: dict[str, Direction] = {
     "dataset_tokens_per_second": "maximize",
+    "tokens_per_dollar": "maximize",
+    "hours_for_budget": "minimize",
     "number_gpus": "minimize",
     "peak_memory_gib": "minimize",
 }
 """The second objectives a study file may ask for, and their directions."""
+PER_GPU_RANKED = frozenset({OBJECTIVE, "tokens_per_dollar"})
+"""First objectives that rank one GPU model's configurations as the per-GPU rate does (a price
+per GPU-hour only scales it), so the throughput prior and the frontier walk, which reason about
+the per-GPU rate, still point the right way."""
+SETTINGS_ATTR = "objective_settings"
+"""Study user attr: the prices, token budget and GPU model the objectives are computed with."""
+_NEEDS_SETTINGS = {"tokens_per_dollar", "hours_for_budget"}
 INFEASIBLE_PLACEHOLDER = 0.0
 INFEASIBLE_MINIMIZED = 1e9
 """Peak memory written for a configuration that did not fit (a finite 'worse than any')."""
@@ -53,18 +84,45 @@ def objective_value(trial: optuna.trial.FrozenTrial) -> float | None:
     return float(values[0]) if values else None
 
 
-def trial_values(study: optuna.Study, properties: Properties | None, *, number_gpus: int) -> list[float]:
+def objective_settings(
+    *, prices: dict[str, float], gpu_model: str, total_tokens: float | None
+) -> dict[str, Any]:
+    """What :data:`SETTINGS_ATTR` holds: USD per GPU-hour by model, the study's GPU model, and
+    the budget's tokens over every epoch (``None``: no budget)."""
+    return {"prices": dict(prices), "gpu_model": gpu_model, "total_tokens": total_tokens}
+
+
+def _metric(name: str, p: Properties, *, gpu_model: str | None, settings: dict[str, Any]) -> float:
+    if name == "tokens_per_dollar":
+        price = settings["prices"][gpu_model or settings["gpu_model"]]
+        return 3600.0 * p.dataset_tokens_per_second_per_gpu / float(price)
+    if name == "hours_for_budget":
+        return float(settings["total_tokens"]) / p.dataset_tokens_per_second / 3600.0
+    return float(getattr(p, name))
+
+
+def trial_values(
+    study: optuna.Study, properties: Properties | None, *, number_gpus: int, gpu_model: str | None = None
+) -> list[float]:
     """The values to tell ``study`` for a trial with these properties (``None``: infeasible)."""
-    names = study.metric_names if len(study.directions) > 1 else [OBJECTIVE]
+    names = study.metric_names or [OBJECTIVE]
+    settings = study.user_attrs.get(SETTINGS_ATTR, {}) if _NEEDS_SETTINGS & set(names) else {}
+    directions = [d.name.lower() for d in study.directions]
     values = []
-    for name in names or [OBJECTIVE]:
+    for name, direction in zip(names, directions, strict=True):
         if name == "number_gpus":
             values.append(float(number_gpus))
         elif properties is None:
-            values.append(INFEASIBLE_MINIMIZED if name == "peak_memory_gib" else INFEASIBLE_PLACEHOLDER)
+            values.append(INFEASIBLE_MINIMIZED if direction == "minimize" else INFEASIBLE_PLACEHOLDER)
         else:
-            values.append(float(getattr(properties, name)))
+            values.append(_metric(name, properties, gpu_model=gpu_model, settings=settings))
     return values
+
+
+def ranking_sign(study: optuna.Study) -> float:
+    """``1.0`` when the first objective is maximized, ``-1.0`` when minimized: multiplied into a
+    value, higher is better either way."""
+    return -1.0 if study.directions[0].name.lower() == "minimize" else 1.0
 
 
 def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -72,11 +130,13 @@ def best_feasible(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
     ok = [
         t for t in study.get_trials(deepcopy=False) if status_of(t) == "ok" and objective_value(t) is not None
     ]
-    return max(ok, key=lambda t: (objective_value(t) or 0.0, -t.number), default=None)
+    sign = ranking_sign(study)
+    return max(ok, key=lambda t: (sign * (objective_value(t) or 0.0), -t.number), default=None)
 
 
 def pareto_front(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     """The feasible trials on the Pareto front, each configuration once (repeats answered from
     another trial are left out), highest first objective first."""
     front = [t for t in study.best_trials if status_of(t) == "ok" and not answered_without_running(t)]
-    return sorted(front, key=lambda t: (-(objective_value(t) or 0.0), t.number))
+    sign = ranking_sign(study)
+    return sorted(front, key=lambda t: (-sign * (objective_value(t) or 0.0), t.number))

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING
 from explorer.search._sampler import make_sampler
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
-from explorer.study._objectives import SECOND_OBJECTIVES, Direction
+from explorer.study._objectives import (
+    OBJECTIVES,
+    SECOND_OBJECTIVES,
+    SETTINGS_ATTR,
+    Direction,
+    objective_settings,
+)
 from explorer.study._record import OBJECTIVE
 from explorer.study._storage import open_storage
 from explorer.validity import invalid_reason
@@ -38,8 +44,9 @@ def open_study(
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     sampler = sampler or make_sampler(loaded.spec.sampler)
     if create:
-        names = [OBJECTIVE] + ([second] if (second := loaded.spec.second_objective) else [])
-        directions: list[Direction] = ["maximize"]
+        spec = loaded.spec
+        names: list[str] = [spec.objective] + ([second] if (second := spec.second_objective) else [])
+        directions: list[Direction] = [OBJECTIVES[spec.objective]]
         if second:
             directions.append(SECOND_OBJECTIVES[second])
         study = optuna.create_study(
@@ -49,18 +56,31 @@ def open_study(
             directions=directions,
             load_if_exists=True,
         )
-        if [d.name.lower() for d in study.directions] != directions:
+        # a study stored before metric names were written was searched on the per-GPU rate
+        stored = study.metric_names or ([OBJECTIVE] * len(directions) if study.trials else names)
+        if [d.name.lower() for d in study.directions] != directions or stored[:1] != names[:1]:
             from explorer.errors import SpecError
 
             raise SpecError(
                 file=str(loaded.file),
-                field="second_objective",
-                problem=f"the stored study {loaded.spec.name!r} has other objectives; use a new name",
+                field="objective" if stored[:1] != names[:1] else "second_objective",
+                problem=f"the stored study {loaded.spec.name!r} has other objectives ({', '.join(stored)}); "
+                "use a new name",
             )
         if study.metric_names is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(names)
+        if SETTINGS_ATTR not in study.user_attrs:
+            budget = spec.budget
+            study.set_user_attr(
+                SETTINGS_ATTR,
+                objective_settings(
+                    prices=dict(spec.prices),
+                    gpu_model=spec.resources.gpu_model,
+                    total_tokens=budget.total_tokens if budget else None,
+                ),
+            )
         return study
     return optuna.load_study(study_name=loaded.spec.name, storage=storage, sampler=sampler)
 

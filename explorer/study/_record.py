@@ -237,6 +237,12 @@ def record_outcome(
     mark_feasibility(study, trial, 0.0 if feasible else 1.0)
     properties = measurement.properties if feasible else None
     gpus = int(trial.user_attrs.get("number_gpus", 1))
-    study.tell(trial, trial_values(study, properties, number_gpus=gpus))
+    model = trial.user_attrs.get("gpu_model")  # where the study searches the GPU model
+    study.tell(
+        trial,
+        trial_values(
+            study, properties, number_gpus=gpus, gpu_model=model if isinstance(model, str) else None
+        ),
+    )
     write_trial_note(study, trial)
     return status
