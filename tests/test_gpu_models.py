@@ -241,3 +241,10 @@ def test_a_replayed_study_matches_rows_on_each_trials_gpu_model(write_study, tmp
     want = {(r["gpu_model"], r["batch_size"]): r["dataset_tokens_per_second_per_gpu"] for r in rows}
     got = {(config_of(t).gpu_model, config_of(t).batch_size): t.values[0] for t in trials}
     assert got == want
+
+
+def test_the_example_study_validates():
+    from explorer.cli import main
+
+    study = Path(__file__).resolve().parents[1] / "studies" / "quickstart-two-models.yaml"
+    assert main(["validate", str(study)]) in (0, None)
