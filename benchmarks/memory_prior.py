@@ -35,7 +35,9 @@ def _table_rows(path: Path) -> list[tuple[TrialConfig, bool, float | None]]:
     out = []
     with path.open(newline="") as fh:
         for r in csv.DictReader(fh):
-            p = _normalise({c: _parse(c, r[c] or "") for c in r if c in parameters()})
+            p = _normalise(
+                {c: _parse(c, r[c] or "") for c in r if c in parameters() and c != "gpu_model"}
+            )  # one model
             p = {k: v for k, v in p.items() if v is not None}
             ok = r["is_valid"] in ("1", "True", "1.0")
             peak = float(r["peak_memory_gib"]) if ok and r.get("peak_memory_gib") else None

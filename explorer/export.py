@@ -3,7 +3,8 @@
 One row per trial that measured something (ok, oom, invalid; reused answers and failed trials are
 left out; inferred OOMs are kept and say so in ``inferred_from``; answers from the measurement
 store are kept and say ``study:trial`` in ``reused_from_store``). Columns: ``identifier`` (the
-canonical configuration key), ``model_name``, ``gpu_model``, ``method``, every configuration field,
+canonical configuration key), ``model_name``, ``gpu_model`` (the trial's: the knob where the study
+searches it, else the study's ``resources.gpu_model``), ``method``, every configuration field,
 every measured property under the seeds' names, ``status`` and ``is_valid``. The replay launcher
 reads the file back as it is.
 """
@@ -49,6 +50,7 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
             "method": loaded.spec.workload.method.kind,
         }
         row.update({n: t.user_attrs.get(n) for n in names})
+        row["gpu_model"] = loaded.spec.resources.model_of(t.user_attrs.get("gpu_model"))  # the trial's
         for key, value in t.user_attrs.items():
             if key in row or key in _SKIP or key in _AFTER or isinstance(value, (dict, list)):
                 continue

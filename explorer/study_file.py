@@ -11,8 +11,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from explorer.errors import SpecError
-from explorer.launch import ReplayTable
+from explorer.errors import SpecError, did_you_mean
+from explorer.launch import ReplayTable, accelerator_type
 from explorer.launch._select import replay_selection
 from explorer.space import SearchSpace
 from explorer.spec import LoadedStudy, StudySpec
@@ -71,6 +71,7 @@ def load_study(
         check_training_arguments(spec.workload.training_arguments, file=label)
     model_path = model_path_of(spec, label, base, check_model=check_model)
     dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
+    _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
@@ -88,6 +89,35 @@ def load_study(
         dataset_path=dataset_path,
         replay_table=table,
     )
+
+
+def _check_gpu_models(spec: StudySpec, space: SearchSpace, *, label: str, space_label: str) -> None:
+    """Every ``gpu_model`` the space may take is a declared one (``resources.gpu_models``, else
+    ``resources.gpu_model``); on a Ray cluster, no two declared models share a Ray accelerator type
+    (Ray could not tell their nodes apart)."""
+    declared = spec.resources.models
+    domain = space.domains.get("gpu_model")
+    for value in domain.values if domain is not None else ():
+        if value not in declared:
+            where = "resources.gpu_models" if spec.resources.gpu_models else "resources.gpu_model"
+            raise SpecError(
+                file=space_label,
+                field="parameters.gpu_model",
+                problem=f"{value!r} is not a GPU model of {where} ({', '.join(declared)})"
+                + did_you_mean(str(value), list(declared)),
+            )
+    if spec.launcher.kind != "ray" or not spec.launcher.address or not spec.resources.gpu_models:
+        return
+    seen: dict[str, str] = {}
+    for name in declared:
+        other = seen.setdefault(accelerator_type(name), name)
+        if other != name:
+            raise SpecError(
+                file=label,
+                field="resources.gpu_models",
+                problem=f"{other} and {name} are both Ray accelerator type {accelerator_type(name)!r}: "
+                "on a cluster Ray cannot tell their nodes apart",
+            )
 
 
 def _refuse_all_invalid(spec: StudySpec, space: SearchSpace, space_label: str) -> None:

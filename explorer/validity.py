@@ -27,6 +27,11 @@ def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
         return f"batch_size {config.batch_size} is not divisible by number_gpus {config.number_gpus}"
     if config.number_gpus > 0 and not resources.gpu_model:
         return "gpu_model is empty"
+    if resources.gpu_models and resources.gpus_of(config.gpu_model) == 0:
+        return f"gpu_model {config.gpu_model} is not one of resources.gpu_models"
+    if resources.gpu_models and config.number_gpus > resources.gpus_of(config.gpu_model):
+        model = resources.model_of(config.gpu_model)
+        return f"number_gpus {config.number_gpus} exceeds the {resources.gpus_of(model)} GPUs of {model}"
     if config.number_gpus > resources.total_gpus:
         return f"number_gpus {config.number_gpus} exceeds the {resources.total_gpus} GPUs of the resources"
     if config.number_nodes > resources.nodes:

@@ -168,6 +168,10 @@ def _sharding_speed(a: Config, b: Config) -> bool:
     return SHARDING.at_least(_strategy(a), _strategy(b))
 
 
+def _gpu_model_name(v: Any) -> str | None:
+    return None if isinstance(v, str) and v.strip() else f"{v!r} must be a GPU model's name"
+
+
 def _checkpointed(c: Config) -> str:
     fraction = getattr(c, "checkpoint_fraction", 1.0)
     return "on" if fraction == 1.0 else f"{fraction:g}"
@@ -396,6 +400,17 @@ _DECLARED = (
         # accelerate's offload policy moves states between host and an accelerator: on the CPU
         # it fails ("Cannot access accelerator device when none is available")
         needs={True: Needs(cuda=True)},
+    ),
+    Knob(
+        name="gpu_model",
+        kind="str",
+        check=_gpu_model_name,
+        asked_first=True,
+        doc="the GPU model a trial runs on, one of resources.gpu_models (default: the study's "
+        "resources.gpu_model); Ray places the trial on GPUs of that model only",
+        # memory and speed: EQUAL (the default), so that OOM inference, the throughput prior and
+        # local search never compare two GPU models; its own feature in the neighbour model
+        label=lambda v, c: None if v is None else str(v),
     ),
 )
 

@@ -1,6 +1,7 @@
 """Launchers: start a trial's processes (one per GPU) and return a typed measurement."""
 
 from explorer.launch._command import trial_command, trial_environment, zygote_environment
+from explorer.launch._placement import ModelPlacement, accelerator_type
 from explorer.launch._ray import RayLauncher, TrialActor, ZygoteHost
 from explorer.launch._replay import ReplayLauncher, ReplayTable
 from explorer.launch._run import collect, run_trial
@@ -12,11 +13,13 @@ __all__ = [
     "SLOT_ATTR",
     "GpuSlot",
     "Launcher",
+    "ModelPlacement",
     "RayLauncher",
     "ReplayLauncher",
     "ReplayTable",
     "TrialActor",
     "ZygoteHost",
+    "accelerator_type",
     "collect",
     "ensure_zygote",
     "launcher_for",

@@ -1,7 +1,7 @@
 """Multi-node trials on Ray, and the per-node GPU accounting every Ray trial goes through.
 
 A trial with ``number_nodes`` = N > 1 and ``number_gpus`` = G gets a placement group of N bundles
-``{"GPU": g, <gpu_model>: g}`` (g = G / N) with strategy ``STRICT_SPREAD`` (each bundle on a
+``{"GPU": g, ...}`` (g = G / N; ``...``: the GPU model's resources, :class:`ModelPlacement`) with strategy ``STRICT_SPREAD`` (each bundle on a
 different node), and one :class:`~explorer.launch.TrialActor` per bundle. The actor of bundle 0
 picks the rendezvous address (its node's IP and a free port); every actor then runs
 ``torchrun --nnodes N --node_rank r --nproc_per_node g --master_addr A --master_port P`` (static
@@ -13,14 +13,16 @@ failure the other nodes get :data:`PEER_GRACE_S` to report their own errors; the
 trial ends, every actor of the trial is killed (their ranks exit with them) and the placement group
 is removed.
 
-Accounting (:func:`fits_on_nodes`): the launcher knows each alive node's GPUs (the smaller of its
-``GPU`` and ``<gpu_model>`` resources) and, for each part of a running trial (one actor), its node
+Accounting (:func:`fits_on_nodes`), per GPU model: the launcher knows each alive node's GPUs of
+the model (:meth:`ModelPlacement.capacity`: the smaller of its ``GPU`` and ``<gpu_model>``
+resources for one model) and, for each part of a running trial (one actor), its node
 once the actor has reported it. A part whose node is not known yet counts against every node. A
 trial fits when N distinct nodes each have g GPUs free; a one-node trial is the case N = 1.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -32,7 +34,11 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 
 __all__ = [
+    "ACCELERATOR_PREFIX",
     "PEER_GRACE_S",
+    "ModelPlacement",
+    "accelerator_type",
+    "local_resources",
     "MultiNodeTrial",
     "Share",
     "combine_nodes",
@@ -56,15 +62,97 @@ class Share:
     gpus: int
 
 
-def node_capacity(gpu_model: str) -> dict[str, int]:
-    """GPUs per alive Ray node: the smaller of its ``GPU`` and ``gpu_model`` resources (a node
-    without the custom resource cannot run a trial)."""
+ACCELERATOR_PREFIX = "accelerator_type:"
+"""Ray's node resource naming the GPU type of a node (``accelerator_type:H100``: 1), which Ray
+sets on each node with GPUs."""
+TYPE_SLIVER = 0.001
+"""What an actor or bundle asks of ``accelerator_type:<type>`` (as Ray's own ``accelerator_type``
+option does): the node must have it; every GPU of the node can be asked by a trial."""
+_NVIDIA_NAME = re.compile(r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)")
+"""Ray's pattern for an NVIDIA device name (``ray/_private/accelerators/nvidia_gpu.py``)."""
+
+
+def accelerator_type(gpu_model: str) -> str:
+    """Ray's accelerator type of a GPU model's name, derived as Ray derives it from the device
+    name, hyphens read as spaces: ``NVIDIA-H100-80GB-HBM3`` -> ``H100``, ``NVIDIA-A100-SXM4-80GB``
+    -> ``A100``; a name without a model number is its own type (``CPU-small``)."""
+    name = re.sub(r"[-_\s]+", " ", gpu_model).strip()
+    match = _NVIDIA_NAME.match(name)
+    result = match.group(1).replace(" ", "-") if match else None
+    if result and len(result) > 1:
+        return result
+    return re.sub(r"^NVIDIA\s+", "", name).replace(" ", "-") or gpu_model
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPlacement:
+    """The Ray resources that place a trial of one GPU model, and count that model's GPUs per node.
+
+    * one GPU model (``resources.gpu_model`` alone): ``count`` is its name, a custom resource each
+      GPU node declares (as many as its GPUs); no ``node_type``;
+    * several models on a cluster: ``node_type`` is Ray's ``accelerator_type:<type>``, set by Ray on
+      each GPU node, asked as a sliver; no ``count``;
+    * several models on the local Ray (logical GPUs, one node): both, declared at ``ray.init``: the
+      per-model count keeps a trial of model A off model B's GPUs on the one node.
+    """
+
+    gpu_model: str
+    count: str | None = None
+    """A resource counted per GPU of the model (``None``: none)."""
+    node_type: str | None = None
+    """A resource the model's nodes have (``None``: none)."""
+
+    @classmethod
+    def single(cls, gpu_model: str) -> ModelPlacement:
+        return cls(gpu_model=gpu_model, count=gpu_model)
+
+    @classmethod
+    def typed(cls, gpu_model: str, *, local: bool) -> ModelPlacement:
+        node_type = ACCELERATOR_PREFIX + accelerator_type(gpu_model)
+        return cls(gpu_model=gpu_model, count=gpu_model if local else None, node_type=node_type)
+
+    def request(self, gpus: int) -> dict[str, float]:
+        """The resources besides ``GPU`` an actor or a bundle of ``gpus`` GPUs asks for."""
+        out: dict[str, float] = {}
+        if self.count is not None:
+            out[self.count] = gpus
+        if self.node_type is not None:
+            out[self.node_type] = TYPE_SLIVER
+        return out
+
+    def capacity(self, resources: Mapping[str, float]) -> int:
+        """The GPUs of this model on a node with ``resources``."""
+        gpus = resources.get("GPU", 0)
+        if self.count is not None:
+            gpus = min(gpus, resources.get(self.count, 0))
+        if self.node_type is not None and resources.get(self.node_type, 0) <= 0:
+            return 0
+        return int(gpus)
+
+
+def local_resources(placements: Iterable[ModelPlacement], gpus: Mapping[str, int]) -> dict[str, float]:
+    """The custom resources a local Ray declares at ``ray.init`` so that ``placements`` place and
+    count its logical GPUs (``gpus``: the GPUs of each model)."""
+    out: dict[str, float] = {}
+    for p in placements:
+        if p.count is not None:
+            out[p.count] = out.get(p.count, 0) + gpus[p.gpu_model]
+        if p.node_type is not None:
+            out[p.node_type] = 1
+    return out
+
+
+def node_capacity(placement: ModelPlacement | str) -> dict[str, int]:
+    """GPUs of one model per alive Ray node (:meth:`ModelPlacement.capacity`; a name: one model,
+    the smaller of the node's ``GPU`` and ``<name>`` resources). A node without the model's
+    resources cannot run its trials."""
     import ray
 
+    if isinstance(placement, str):
+        placement = ModelPlacement.single(placement)
     capacity: dict[str, int] = {}
     for node in ray.nodes():
-        resources = node.get("Resources", {})
-        gpus = int(min(resources.get("GPU", 0), resources.get(gpu_model, 0)))
+        gpus = placement.capacity(node.get("Resources", {}))
         if node.get("Alive") and gpus > 0:
             capacity[str(node["NodeID"])] = gpus
     return capacity
@@ -168,6 +256,8 @@ class MultiNodeTrial:
     """One trial's placement group, its actors (one per node) and their answers."""
 
     trial_number: int
+    gpu_model: str
+    """The GPU model the trial runs on."""
     number_nodes: int
     gpus_per_node: int
     started: float
@@ -191,7 +281,7 @@ class MultiNodeTrial:
         job: TrialJob,
         *,
         actor_cls: Any,
-        gpu_model: str,
+        placement: ModelPlacement,
         work_dir: Path,
         runner: str,
         timeout_s: float,
@@ -202,12 +292,12 @@ class MultiNodeTrial:
 
         n = job.config.number_nodes
         g = job.config.number_gpus // n
-        pg = placement_group([{"GPU": g, gpu_model: g}] * n, strategy="STRICT_SPREAD")
+        pg = placement_group([{"GPU": g, **placement.request(g)}] * n, strategy="STRICT_SPREAD")
         actors = [
             actor_cls.options(
                 num_gpus=g,
                 num_cpus=0,
-                resources={gpu_model: g},
+                resources=placement.request(g),
                 max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r),
             ).remote()
@@ -224,6 +314,7 @@ class MultiNodeTrial:
         now = time.time()
         return cls(
             trial_number=job.trial_number,
+            gpu_model=placement.gpu_model,
             number_nodes=n,
             gpus_per_node=g,
             started=now,

@@ -24,7 +24,15 @@ from typing import Any
 
 from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
-from explorer.launch._placement import MultiNodeTrial, Share, fits_on_nodes, node_capacity, rank_nodes
+from explorer.launch._placement import (
+    ModelPlacement,
+    MultiNodeTrial,
+    Share,
+    fits_on_nodes,
+    local_resources,
+    node_capacity,
+    rank_nodes,
+)
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import ResourcesSpec, StudySpec
@@ -91,9 +99,12 @@ class TrialActor:
             node_env={"EXPLORER_RAY_NODE": where["ray_node"], "EXPLORER_RAYLET_PID": where["raylet_pid"]},
         )
 
+        import ray
+
         gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
         node_extra: dict[str, Any] = {
             "cuda_visible_devices": gpus,
+            "ray_resources": dict(ray.get_runtime_context().get_assigned_resources()),
             **where,
             "rank_nodes": rank_nodes(measurement.extra.get("ranks", [])),
         }
@@ -254,6 +265,7 @@ def _node_zygote(prefix: str, node_id: str) -> Path | None:
 class _Running:
     trial_number: int
     gpus: int
+    gpu_model: str
     actor: Any
     ref: Any
     started: float
@@ -278,10 +290,18 @@ class RayLauncher:
         timeout_s: float,
         output_dir: Path,
         warm_start: bool = True,
+        gpu_models: dict[str, int] | None = None,
     ) -> None:
         self.total_gpus = total_gpus
         self.gpu_model = gpu_model
         self.address = address or os.environ.get("RAY_ADDRESS")
+        self.gpu_models = dict(gpu_models) if gpu_models else {gpu_model: total_gpus}
+        """The GPUs of each model the study may use at once."""
+        self.placements = {
+            m: ModelPlacement.typed(m, local=not self.address) if gpu_models else ModelPlacement.single(m)
+            for m in self.gpu_models
+        }
+        """How a trial of each model is placed and counted (:class:`ModelPlacement`)."""
         self.runner = runner
         self.warm_start = warm_start
         self.timeout_s = timeout_s
@@ -289,8 +309,8 @@ class RayLauncher:
         self._running: dict[Any, _Running] = {}
         self._multi: list[MultiNodeTrial] = []
         self._rejected: list[tuple[int, Measurement]] = []
-        self._capacity: dict[str, int] = {}
-        self._capacity_at = 0.0
+        self._capacity: dict[str, dict[str, int]] = {}
+        self._capacity_at: dict[str, float] = {}
         self._started_ray = False
         self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
         self._zygote_hosts: list[Any] = []
@@ -310,6 +330,7 @@ class RayLauncher:
             timeout_s=spec.measurement.trial_timeout_s,
             output_dir=output_dir,
             warm_start=spec.launcher.warm_start,
+            gpu_models=resources.gpu_models,
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -330,7 +351,7 @@ class RayLauncher:
                 else:
                     ray.init(
                         num_gpus=self.total_gpus,
-                        resources={self.gpu_model: self.total_gpus},
+                        resources=local_resources(self.placements.values(), self.gpu_models),
                         runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
                         **common,
                     )
@@ -382,35 +403,52 @@ class RayLauncher:
     def gpus_in_use(self) -> int:
         return sum(r.gpus for r in self._running.values()) + sum(m.gpus for m in self._multi)
 
+    def _in_use(self, gpu_model: str) -> int:
+        """The GPUs of ``gpu_model`` the running trials hold."""
+        running = sum(r.gpus for r in self._running.values() if r.gpu_model == gpu_model)
+        return running + sum(m.gpus for m in self._multi if m.gpu_model == gpu_model)
+
     @property
     def in_flight(self) -> int:
         return len(self._running) + len(self._multi) + len(self._rejected)
 
-    def fits(self, number_gpus: int, number_nodes: int = 1) -> bool:
-        """Whether a trial of ``number_gpus`` on ``number_nodes`` can start now without waiting.
+    def fits(self, number_gpus: int, number_nodes: int = 1, gpu_model: str | None = None) -> bool:
+        """Whether a trial of ``number_gpus`` of ``gpu_model`` on ``number_nodes`` can start now
+        without waiting (``gpu_model`` ``None``: of any model the study has).
 
-        The study's GPUs in all, and ``number_nodes`` Ray nodes with ``number_gpus /
-        number_nodes`` GPUs free each (see :mod:`explorer.launch._placement`). A trial that no
-        node set of the cluster could ever hold fits (it is submitted, and fails at once).
+        The study's GPUs of that model in all, and ``number_nodes`` Ray nodes with ``number_gpus /
+        number_nodes`` GPUs of it free each (see :mod:`explorer.launch._placement`). A trial that
+        no node set of the cluster could ever hold fits (it is submitted, and fails at once).
         """
-        if self.gpus_in_use + number_gpus > self.total_gpus:
-            return False
+        models = [gpu_model or self.gpu_model] if gpu_model or len(self.gpu_models) == 1 else self.gpu_models
+        return any(self._fits(number_gpus, number_nodes, m) for m in models)
+
+    def _fits(self, number_gpus: int, number_nodes: int, gpu_model: str) -> bool:
+        if self._in_use(gpu_model) + number_gpus > self.gpu_models.get(gpu_model, 0):
+            return gpu_model not in self.gpu_models  # not declared: submit() fails it at once
         if not self._running and not self._multi:
             return True  # every GPU is free (and Ray may not be started yet); submit() checks the rest
-        capacity = self._node_capacity()
+        capacity = self._node_capacity(gpu_model)
         if not fits_on_nodes(capacity, [], number_gpus=number_gpus, number_nodes=number_nodes):
             return True  # never: submit() answers it FAILED with the reason
-        return fits_on_nodes(capacity, self._shares(), number_gpus=number_gpus, number_nodes=number_nodes)
+        shares = self._shares(gpu_model)
+        return fits_on_nodes(capacity, shares, number_gpus=number_gpus, number_nodes=number_nodes)
 
-    def _node_capacity(self, *, refresh: bool = False) -> dict[str, int]:
-        """GPUs per alive node with the GPU model, read from Ray at most every 10 s."""
-        if refresh or not self._capacity or time.monotonic() - self._capacity_at > 10.0:
-            self._capacity = node_capacity(self.gpu_model)
-            self._capacity_at = time.monotonic()
-        return self._capacity
+    def _node_capacity(self, gpu_model: str, *, refresh: bool = False) -> dict[str, int]:
+        """GPUs of ``gpu_model`` per alive node that has them, read from Ray at most every 10 s."""
+        placement = self.placements.get(gpu_model)
+        if placement is None:
+            return {}
+        stale = time.monotonic() - self._capacity_at.get(gpu_model, 0.0) > 10.0
+        if refresh or not self._capacity.get(gpu_model) or stale:
+            self._capacity[gpu_model] = node_capacity(placement)
+            self._capacity_at[gpu_model] = time.monotonic()
+        return self._capacity[gpu_model]
 
-    def _shares(self) -> list[Share]:
-        """Where the running trials' GPUs are, per actor (learning the nodes reported so far)."""
+    def _shares(self, gpu_model: str) -> list[Share]:
+        """Where the running trials' GPUs of ``gpu_model`` are, per actor (learning the nodes
+        reported so far). Another model's GPUs are other GPUs: on a node of their own on a
+        cluster, or the local Ray's own per-model count."""
         import ray
 
         waiting = [r for r in self._running.values() if r.where is not None]
@@ -425,10 +463,10 @@ class RayLauncher:
                         report = {}  # and its GPUs count against every node until then
                     running.node = report.get("ray_node")
                     running.where = None
-        shares = [Share(r.node, r.gpus) for r in self._running.values()]
+        shares = [Share(r.node, r.gpus) for r in self._running.values() if r.gpu_model == gpu_model]
         for multi in self._multi:
             multi.learn_nodes()
-            shares += multi.shares()
+            shares += multi.shares() if multi.gpu_model == gpu_model else []
         return shares
 
     def submit(self, job: TrialJob) -> None:
@@ -436,9 +474,12 @@ class RayLauncher:
 
         n = job.config.number_gpus
         nodes = job.config.number_nodes
-        if not fits_on_nodes(self._node_capacity(refresh=True), [], number_gpus=n, number_nodes=nodes):
-            self._rejected.append((job.trial_number, self._cannot_place(n, nodes)))
+        model = job.config.gpu_model or self.gpu_model
+        capacity = self._node_capacity(model, refresh=True)
+        if not fits_on_nodes(capacity, [], number_gpus=n, number_nodes=nodes):
+            self._rejected.append((job.trial_number, self._cannot_place(n, nodes, model)))
             return
+        placement = self.placements[model]
         actor_cls = ray.remote(TrialActor)
         work_dir = self.output_dir / f"trial-{job.trial_number:05d}"
         if nodes > 1:
@@ -446,7 +487,7 @@ class RayLauncher:
                 MultiNodeTrial.submit(
                     job,
                     actor_cls=actor_cls,
-                    gpu_model=self.gpu_model,
+                    placement=placement,
                     work_dir=work_dir,
                     runner=self.runner,
                     timeout_s=self.timeout_s,
@@ -456,7 +497,7 @@ class RayLauncher:
         actor = actor_cls.options(
             num_gpus=n,
             num_cpus=0,
-            resources={self.gpu_model: n},
+            resources=placement.request(n),
             max_restarts=0,
             name=None,
         ).remote()
@@ -466,16 +507,16 @@ class RayLauncher:
         where: Any = actor.where
         fault = job.fault if job.fault is not None and job.fault.kind in LAUNCHER_FAULTS else None
         self._running[ref] = _Running(
-            job.trial_number, n, actor, ref, started=time.time(), fault=fault, where=where.remote()
+            job.trial_number, n, model, actor, ref, started=time.time(), fault=fault, where=where.remote()
         )
 
-    def _cannot_place(self, number_gpus: int, number_nodes: int) -> Measurement:
+    def _cannot_place(self, number_gpus: int, number_nodes: int, gpu_model: str) -> Measurement:
         per_node = number_gpus // number_nodes
-        capacity = sorted(self._capacity.values(), reverse=True)
+        capacity = sorted(self._capacity.get(gpu_model, {}).values(), reverse=True)
         return Measurement(
             outcome=Outcome.FAILED,
             error=(
-                f"the Ray cluster cannot place {number_nodes} x {per_node} GPUs of {self.gpu_model!r}: "
+                f"the Ray cluster cannot place {number_nodes} x {per_node} GPUs of {gpu_model!r}: "
                 f"its nodes have {capacity or 'no'} such GPUs"
             ),
         )

@@ -112,10 +112,18 @@ class _Row:
 class ReplayTable:
     """The rows of a recorded table that match a study's fixed properties."""
 
-    def __init__(self, *, path: Path, columns: list[str], rows: list[_Row]) -> None:
+    def __init__(
+        self, *, path: Path, columns: list[str], rows: list[_Row], default_gpu_model: str | None = None
+    ) -> None:
         self.path = path
+        self.default_gpu_model = default_gpu_model
+        """The GPU model of a configuration that names none (the study's ``resources.gpu_model``)."""
         self.rows = rows
-        self.parameters = [c for c in columns if c in parameters()]
+        # gpu_model is matched only where the study says which model a configuration without one
+        # runs on (a table read without it, as before the knob, ignores the column)
+        self.parameters = [
+            c for c in columns if c in parameters() and (c != "gpu_model" or default_gpu_model is not None)
+        ]
         self._index: dict[tuple[Any, ...], list[_Row]] = {}
         for row in rows:
             self._index.setdefault(self._key(row.params), []).append(row)
@@ -133,10 +141,13 @@ class ReplayTable:
         gpu_model: str | None = None,
         method: str | None = None,
         label: str = "launcher.table",
+        default_gpu_model: str | None = None,
     ) -> ReplayTable:
         """Read ``path``, keeping the rows measured with the given fixed properties.
 
-        (``model_max_length`` is a configuration field: each trial's is matched row by row.)
+        (``model_max_length`` is a configuration field: each trial's is matched row by row; so is
+        ``gpu_model`` where the table has the column and the study searches it, a configuration
+        without one reading as ``default_gpu_model``, else ``gpu_model``.)
 
         Raises:
             SpecError: unreadable file, no objective column, a value that does not parse, or no
@@ -176,11 +187,13 @@ class ReplayTable:
         if not rows:
             wanted = ", ".join(f"{k}={v}" for k, v in fixed.items() if v is not None and k in columns)
             raise SpecError(file=str(path), field=label, problem=f"no row matches the study ({wanted})")
-        return cls(path=path, columns=columns, rows=rows)
+        return cls(path=path, columns=columns, rows=rows, default_gpu_model=default_gpu_model or gpu_model)
 
     def lookup(self, config: TrialConfig) -> list[_Row]:
         """The rows measured with ``config`` (parameters without a column are not compared)."""
         want = _normalise({name: getattr(config, name) for name in self.parameters})
+        if "gpu_model" in want and want["gpu_model"] is None:
+            want["gpu_model"] = self.default_gpu_model
         return list(self._index.get(self._key(want), ()))
 
     def missing_columns(self, configs: Iterable[TrialConfig]) -> list[str]:
@@ -292,6 +305,7 @@ class _Held:
     trial_number: int = dataclasses.field(compare=False)
     gpus: int = dataclasses.field(compare=False)
     measurement: Measurement = dataclasses.field(compare=False)
+    gpu_model: str | None = dataclasses.field(default=None, compare=False)
     restarts_node: bool = dataclasses.field(default=False, compare=False)
     """An injected ``node_restart``: when it ends, every trial still held fails with it."""
 
@@ -325,9 +339,18 @@ class ReplayLauncher:
     :class:`~explorer.launch.GpuSlot` (``extra["slot"]``) and its duration as ``wall_seconds``.
     """
 
-    def __init__(self, *, table: ReplayTable, total_gpus: int, durations: DurationSpec | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        table: ReplayTable,
+        total_gpus: int,
+        durations: DurationSpec | None = None,
+        gpu_models: dict[str, int] | None = None,
+    ) -> None:
         self.table = table
         self.total_gpus = total_gpus
+        self.gpu_models = dict(gpu_models or {})
+        """The GPUs of each model (empty: one model, :attr:`total_gpus`): a replayed pool per model."""
         self.durations = durations
         self.clock = 0.0
         """Virtual seconds since the launcher was created (started, when paced in real time)."""
@@ -354,12 +377,19 @@ class ReplayLauncher:
     def gpus_in_use(self) -> int:
         return sum(h.gpus for h in self._held)
 
-    def fits(self, number_gpus: int, number_nodes: int = 1) -> bool:
-        """Whether a trial of ``number_gpus`` can start now, beside the trials holding GPUs.
+    def fits(self, number_gpus: int, number_nodes: int = 1, gpu_model: str | None = None) -> bool:
+        """Whether a trial of ``number_gpus`` (of ``gpu_model``; ``None``: of any model) can start
+        now, beside the trials holding GPUs.
 
-        The replayed pool is one set of GPUs: ``number_nodes`` does not change the answer.
+        The replayed pool is one set of GPUs per model: ``number_nodes`` does not change the answer.
         """
-        return self.gpus_in_use + number_gpus <= self.total_gpus
+        if not self.gpu_models:
+            return self.gpus_in_use + number_gpus <= self.total_gpus
+        models = [gpu_model] if gpu_model is not None else list(self.gpu_models)
+        return any(self._held_of(m) + number_gpus <= self.gpu_models.get(m, 0) for m in models)
+
+    def _held_of(self, gpu_model: str) -> int:
+        return sum(h.gpus for h in self._held if h.gpu_model == gpu_model)
 
     def duration(self, trial_number: int, measurement: Measurement) -> float:
         """Virtual seconds the trial holds its GPUs: recorded, else simulated (see
@@ -380,7 +410,8 @@ class ReplayLauncher:
             RuntimeError: its GPUs are not free (the caller asks :meth:`fits` first).
         """
         gpus = job.config.number_gpus
-        if not self.fits(gpus):
+        model = (job.config.gpu_model or job.resources.gpu_model) if self.gpu_models else None
+        if not self.fits(gpus, gpu_model=model):
             raise RuntimeError(
                 f"trial {job.trial_number} needs {gpus} GPUs; {self.gpus_in_use} of {self.total_gpus} are held"
             )
@@ -403,6 +434,7 @@ class ReplayLauncher:
                 job.trial_number,
                 gpus,
                 measurement,
+                gpu_model=model,
                 restarts_node=fault is not None and fault.kind == "node_restart",
             ),
         )

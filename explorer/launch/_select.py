@@ -21,7 +21,10 @@ class Launcher(Protocol):
 
     def shutdown(self) -> None: ...
 
-    def fits(self, number_gpus: int, number_nodes: int = 1) -> bool: ...
+    def fits(self, number_gpus: int, number_nodes: int = 1, gpu_model: str | None = None) -> bool:
+        """Whether a trial of ``number_gpus`` GPUs of ``gpu_model`` (``None``: of any of the
+        study's models) on ``number_nodes`` nodes can start now."""
+        ...
 
     def submit(self, job: TrialJob) -> None: ...
 
@@ -41,6 +44,7 @@ def launcher_for(
             table=loaded.replay_table,
             total_gpus=(resources or spec.resources).total_gpus,
             durations=spec.launcher.durations,
+            gpu_models=(resources or spec.resources).gpu_models,
         )
     from explorer.launch._ray import RayLauncher
 
@@ -48,10 +52,13 @@ def launcher_for(
 
 
 def replay_selection(spec: StudySpec) -> dict[str, Any]:
-    """The properties a study holds fixed, which select the rows of a replay table."""
+    """The properties a study holds fixed, which select the rows of a replay table (``gpu_model``
+    only with one GPU model; with ``resources.gpu_models`` each trial's is matched), and the GPU
+    model a configuration without one runs on (``default_gpu_model``)."""
     workload = spec.workload
     return {
         "model_name": workload.model.name,
-        "gpu_model": spec.resources.gpu_model,
+        "gpu_model": None if spec.resources.gpu_models else spec.resources.gpu_model,
         "method": workload.method.kind,
+        "default_gpu_model": spec.resources.gpu_model,
     }

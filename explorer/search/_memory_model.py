@@ -89,3 +89,28 @@ class MemoryModel:
         if m >= self.ooms_above:
             return False
         return None
+
+
+@dataclass(frozen=True)
+class MemoryModels:
+    """One :class:`MemoryModel` per GPU model (the ``gpu_model`` knob): a peak measured on one GPU
+    model never predicts whether a configuration fits on another (their memories differ)."""
+
+    by_gpu_model: dict[str | None, MemoryModel | None]
+
+    @classmethod
+    def fit(cls, peaks: Sequence[tuple[TrialConfig, float]], ooms: Sequence[TrialConfig]) -> MemoryModels:
+        models = {c.gpu_model for c, _ in peaks} | {c.gpu_model for c in ooms}
+        return cls(
+            {
+                m: MemoryModel.fit(
+                    [(c, p) for c, p in peaks if c.gpu_model == m], [c for c in ooms if c.gpu_model == m]
+                )
+                for m in models
+            }
+        )
+
+    def fits(self, c: TrialConfig) -> bool | None:
+        """:meth:`MemoryModel.fits` of ``c``'s GPU model (``None``: no model fitted for it)."""
+        model = self.by_gpu_model.get(c.gpu_model)
+        return None if model is None else model.fits(c)

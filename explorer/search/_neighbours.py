@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from explorer.knobs import Axis, Knob, knobs
 from explorer.search._frontier import frontier_probe
 from explorer.search._inference import inferred_oom
-from explorer.search._memory_model import MemoryModel
+from explorer.search._memory_model import MemoryModels
 from explorer.search._throughput_prior import Ceilings
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
@@ -95,7 +95,7 @@ class LocalSearch:
         if not ranked:
             return None
         model = _AdditiveModel.fit(ranked)
-        memory = MemoryModel.fit(list(peaks), [c for _, c in ooms]) if self.memory_prior else None
+        memory = MemoryModels.fit(list(peaks), [c for _, c in ooms]) if self.memory_prior else None
         ceilings = Ceilings.of(ranked) if self.throughput_prior else None
         floor = 0.98 * ranked[0][1]
 

@@ -390,7 +390,15 @@ class ResourcesSpec(_Spec):
     gpus_per_node: PositiveInt = 1
     nodes: PositiveInt = 1
     gpu_model: NonEmptyStr = "NVIDIA-A100-SXM4-80GB"
-    """Name of the GPU model; also requested as a Ray custom resource, as ado does."""
+    """Name of the GPU model; also requested as a Ray custom resource, as ado does. With
+    :attr:`gpu_models`: the default of the ``gpu_model`` knob (the first declared model when left
+    out), one of the declared models."""
+    gpu_models: dict[NonEmptyStr, PositiveInt] | None = None
+    """The GPU models trials may run on, with the GPUs of each (``{NVIDIA-H100-80GB-HBM3: 8,
+    NVIDIA-A100-SXM4-80GB: 8}``): the values the ``gpu_model`` knob may take. The local Ray
+    declares that many logical GPUs of each; on a cluster (``launcher.address``) it is the most
+    GPUs of that model the study uses at once, and the nodes say what they have (Ray's
+    ``accelerator_type:<type>`` resource). ``None``: one model, :attr:`gpu_model`."""
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """``auto`` uses CUDA when the worker sees a GPU, else the CPU with gloo."""
     device_memory_gib: PositiveFloat | None = None
@@ -399,9 +407,51 @@ class ResourcesSpec(_Spec):
     cpus_per_trial_process: PositiveInt | None = None
     """Threads per training process on CPU (default: the node's cores divided by the processes)."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_model(cls, data: Any) -> Any:
+        """``gpu_model`` left out beside ``gpu_models``: the first declared model."""
+        models = data.get("gpu_models") if isinstance(data, dict) else None
+        if isinstance(models, dict) and models and "gpu_model" not in data:
+            return {**data, "gpu_model": next(iter(models))}
+        return data
+
+    @field_validator("gpu_models")
+    @classmethod
+    def _declares_gpu_model(
+        cls, models: dict[str, int] | None, info: ValidationInfo
+    ) -> dict[str, int] | None:
+        if models is None:
+            return None
+        if not models:
+            raise ValueError("declares no GPU model; leave it out for one model (gpu_model)")
+        default = info.data.get("gpu_model")
+        if default is not None and default not in models:
+            raise ValueError(
+                f"does not declare resources.gpu_model {default!r} (declared: {', '.join(models)})"
+                + did_you_mean(default, list(models))
+            )
+        return models
+
+    @property
+    def models(self) -> dict[str, int]:
+        """The GPU models trials may run on and the GPUs of each (one model: :attr:`gpu_model`,
+        with :attr:`total_gpus`)."""
+        return dict(self.gpu_models) if self.gpu_models else {self.gpu_model: self.gpus_per_node * self.nodes}
+
+    def model_of(self, gpu_model: str | None) -> str:
+        """The GPU model of a trial whose configuration says ``gpu_model`` (``None``: the
+        study's :attr:`gpu_model`)."""
+        return gpu_model or self.gpu_model
+
+    def gpus_of(self, gpu_model: str | None) -> int:
+        """The GPUs of ``gpu_model`` (``None``: :attr:`gpu_model`; 0: not declared)."""
+        return self.models.get(gpu_model or self.gpu_model, 0)
+
     @property
     def total_gpus(self) -> int:
-        return self.gpus_per_node * self.nodes
+        """Every GPU of every model."""
+        return sum(self.gpu_models.values()) if self.gpu_models else self.gpus_per_node * self.nodes
 
 
 class DurationSpec(_Spec):

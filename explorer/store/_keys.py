@@ -65,13 +65,18 @@ def hardware_key(loaded: LoadedStudy) -> str:
     * Replay launcher: ``replay:`` and a digest of the table file's bytes and the ``gpu_model``
       that selects its rows, so that answers read from a table never stand in for real hardware,
       nor for another table, and a table edited in place is a new table.
+
+    With several GPU models (``resources.gpu_models``, also in the digest) the trial's own model is
+    in its configuration key (the ``gpu_model`` knob, where the study searches it), so two models'
+    measurements never share a key; one model's digest is that of earlier versions.
     """
     spec = loaded.spec
     resources = spec.resources
+    models = {"gpu_models": dict(sorted(resources.gpu_models.items()))} if resources.gpu_models else {}
     if spec.launcher.kind == "replay":
         assert loaded.replay_table is not None  # the loader read and checked it
         table = hashlib.sha256(loaded.replay_table.path.read_bytes()).hexdigest()
-        return "replay:" + _digest({"table_sha256": table, "gpu_model": resources.gpu_model})
+        return "replay:" + _digest({"table_sha256": table, "gpu_model": resources.gpu_model, **models})
     return _digest(
         {
             "gpu_model": resources.gpu_model,
@@ -80,6 +85,7 @@ def hardware_key(loaded: LoadedStudy) -> str:
             "gpus_per_node": resources.gpus_per_node,
             "nodes": resources.nodes,
             "cpus_per_trial_process": resources.cpus_per_trial_process,
+            **models,
         }
     )
 

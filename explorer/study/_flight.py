@@ -45,7 +45,7 @@ class InFlight:
 
 
 def next_to_start(
-    pending: list[InFlight], fits: Callable[[int, int], bool], max_passed_over: int
+    pending: list[InFlight], fits: Callable[..., bool], max_passed_over: int
 ) -> InFlight | None:
     """The waiting trial to start now, taken out of ``pending`` (``None``: none can start).
 
@@ -54,7 +54,9 @@ def next_to_start(
     else starts until it fits (the GPUs drain for it), so a large trial is never starved.
     """
     for i, flight in enumerate(pending):
-        if fits(flight.config.number_gpus, flight.config.number_nodes):
+        model = flight.config.gpu_model  # None: the study's one model
+        by_model = {} if model is None else {"gpu_model": model}
+        if fits(flight.config.number_gpus, flight.config.number_nodes, **by_model):
             if i > 0:
                 pending[0].passed_over += 1
             return pending.pop(i)

@@ -430,7 +430,7 @@ def _aggregate(
     dataset_tokens, train_tokens, samples = (int(x) for x in counts.cpu().tolist())
     gpus = job.config.number_gpus
     dtps = dataset_tokens / seconds
-    peak = _peak_flops(device, job.resources.gpu_model)
+    peak = _peak_flops(device, job.resources.model_of(job.config.gpu_model))  # the trial's model
     per_device = train_tokens / seconds / gpus
     props = Properties(
         dataset_tokens_per_second=dtps,
