@@ -739,10 +739,12 @@ class StudySpec(_Spec):
         chosen = {self.objective, self.second_objective}
         if self.objective == self.second_objective:
             raise ValueError(f"second_objective: {self.objective} is already the objective")
-        if "tokens_per_dollar" in chosen and self.resources.gpu_model not in self.prices:
+        models = [self.resources.gpu_model, *(self.resources.gpu_models or {})]
+        unpriced = [m for m in dict.fromkeys(models) if m not in self.prices]
+        if "tokens_per_dollar" in chosen and unpriced:
             raise ValueError(
-                f"prices: tokens_per_dollar needs a price for {self.resources.gpu_model!r} "
-                f"(USD per GPU-hour), e.g. prices: {{{self.resources.gpu_model}: 4.0}}"
+                f"prices: tokens_per_dollar needs a price for {unpriced[0]!r} "
+                f"(USD per GPU-hour), e.g. prices: {{{unpriced[0]}: 4.0}}"
             )
         if "hours_for_budget" in chosen and self.budget is None:
             raise ValueError(
