@@ -151,7 +151,8 @@ def _report_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Write DIR/index.html (default DIR: <output_dir>/report): the best configuration "
         "with its figures and the explorer best command, the top ten and why each lost to it; then "
         "figures: throughput by tokens per step, the throughput/peak-memory frontier, total throughput "
-        "by GPU count, measured memory against the cap, the optimization history, the feasibility map, "
+        "by GPU count, measured memory against the cap, time and cost by GPU count (a study file with a "
+        "budget), the optimization history, the feasibility map, "
         "parameter importances and the Pareto front (multi-objective studies). The figures are also "
         "attached to the study as Optuna artifacts (<output_dir>/artifacts) for optuna-dashboard.",
     )
@@ -456,11 +457,12 @@ def _export(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from explorer.plan import time_and_cost
     from explorer.report import write_report
     from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
-    report = write_report(loaded, Path(args.out) if args.out else None)
+    report = write_report(loaded, Path(args.out) if args.out else None, time_and_cost=time_and_cost)
     print(f"report: {report.folder}")
     print(f"html: {report.html}")
     print(f"artifacts: {report.artifact_dir}")

@@ -105,14 +105,18 @@ def page_context(
     artifact_ids: Mapping[str, str],
     artifact_dir: Path,
     size: tuple[int, int],
+    *,
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Every variable of the page's template."""
+    """Every variable of the page's template (``notes``: lines about figures left out, and how to
+    get them)."""
     return {
         "heading": f"explorer report: study {loaded.spec.name!r}",
         "cap": loaded.spec.resources.device_memory_gib,
         **_best_part(loaded, study),
         "facts": facts(loaded, study, points, artifact_dir),
         "figures": list(figures),
+        "notes": list(notes),
         "artifact_ids": dict(artifact_ids),
         "size": size,
     }

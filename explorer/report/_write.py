@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from explorer.report._artifacts import attach_artifacts
 from explorer.report._canvas import HEIGHT_PX, WIDTH_PX
@@ -20,19 +21,25 @@ if TYPE_CHECKING:
 
     from explorer.spec import LoadedStudy
 
-__all__ = ["FIGURES", "Report", "write_report"]
+__all__ = ["FIGURES", "Report", "TimeAndCost", "write_report"]
 
 FIGURES = (
     "throughput",
     "frontier",
     "gpus",
     "memory",
+    "time_cost",
     "history",
     "feasibility",
     "importances",
     "pareto",
 )
-"""The PNG files a report may hold, in page order (``pareto`` for multi-objective studies only)."""
+"""The PNG files a report may hold, in page order (``pareto`` for multi-objective studies only,
+``time_cost`` for a study file with a ``budget``)."""
+
+TimeAndCost: TypeAlias = "Callable[[LoadedStudy, optuna.Study, Path], ReportFigure | str]"
+"""Draws the "time and cost" figure into the report folder, or returns the line the page shows
+instead (:func:`explorer.plan.time_and_cost`: the plan imports the report, so the CLI hands it in)."""
 
 
 @dataclass(frozen=True)
@@ -60,10 +67,13 @@ def _domain_values(loaded: LoadedStudy, name: str) -> list[int]:
     return [int(v) for v in values if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
+def write_report(
+    loaded: LoadedStudy, out: Path | None = None, *, time_and_cost: TimeAndCost | None = None
+) -> Report:
     """Draw the study's figures into ``out`` (default ``<output_dir>/report``), write
     ``index.html`` beside them (the best configuration, the top ten, the figures), and attach the
-    figures to the study as Optuna artifacts (store ``<output_dir>/artifacts``).
+    figures to the study as Optuna artifacts (store ``<output_dir>/artifacts``). With
+    ``time_and_cost``, its figure follows the memory one (or its line joins the page's notes).
 
     Raises:
         SpecError: the study does not exist, or a file it would write resolves outside its folder
@@ -89,12 +99,19 @@ def write_report(loaded: LoadedStudy, out: Path | None = None) -> Report:
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
         if t.user_attrs.get("status") == "ok" and t.number not in repeats
     ]
-    figures = _throughput_figures(loaded, points, folder) + _search_figures(
-        loaded, study, points, feasible, folder
-    )
+    figures = _throughput_figures(loaded, points, folder)
+    notes = []
+    extra = time_and_cost(loaded, study, folder) if time_and_cost is not None else None
+    if isinstance(extra, str):
+        notes.append(extra)
+    elif extra is not None:
+        figures.append(extra)
+    figures += _search_figures(loaded, study, points, feasible, folder)
     artifact_dir = loaded.output_dir / "artifacts"
     ids = attach_artifacts(study, [f.path for f in figures], artifact_dir)
-    context = page_context(loaded, study, points, figures, ids, artifact_dir, (WIDTH_PX, HEIGHT_PX))
+    context = page_context(
+        loaded, study, points, figures, ids, artifact_dir, (WIDTH_PX, HEIGHT_PX), notes=notes
+    )
     html = write_html(folder / "index.html", context)
     return Report(
         folder=folder, html=html, figures=tuple(figures), artifact_ids=ids, artifact_dir=artifact_dir
