@@ -123,3 +123,46 @@ def peak_held(slots: Iterable[Any], weight: Callable[[Any], int] = lambda slot: 
         held += delta
         peak = max(peak, held)
     return peak
+
+
+PLAN_TABLE = "benchmarks/results/tables/cpu-two-models.csv"
+"""Real CPU trials of two declared GPU models (``benchmarks/plan_cpu.py``)."""
+PLAN_STUDIES = (
+    "benchmarks/plan_studies/replay-cpu-small.yaml",
+    "benchmarks/plan_studies/replay-cpu-large.yaml",
+)
+"""The replay studies of :data:`PLAN_TABLE`, one per GPU model."""
+
+
+def replayed_plan_studies(root: Path) -> list[Path]:
+    """The two replay studies of ``explorer plan``'s worked example, copied under ``root`` with
+    their table and space, each run to the end with ``explorer optimize``."""
+    from explorer.cli import main
+
+    repo = Path(__file__).resolve().parent.parent
+    for rel in (PLAN_TABLE, "search_spaces/plan-cpu.yaml", *PLAN_STUDIES):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes((repo / rel).read_bytes())
+    files = [root / rel for rel in PLAN_STUDIES]
+    for file in files:
+        assert main(["optimize", str(file)]) == 0
+    return files
+
+
+def best_rates_by_hand(table: Path) -> dict[tuple[str, int], tuple[float, dict[str, str]]]:
+    """Each (GPU model, GPU count)'s best dataset tokens/s per GPU, from the raw window
+    measurements (``measured_dataset_tokens / measured_seconds / number_gpus``) of a table's
+    measured rows, with the row."""
+    import csv
+
+    best: dict[tuple[str, int], tuple[float, dict[str, str]]] = {}
+    with table.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            if row["status"] != "ok" or row.get("reused_from"):
+                continue
+            n = int(row["number_gpus"])
+            per_gpu = float(row["measured_dataset_tokens"]) / float(row["measured_seconds"]) / n
+            key = (row["gpu_model"], n)
+            if per_gpu > best.get(key, (0.0, {}))[0]:
+                best[key] = (per_gpu, row)
+    return best

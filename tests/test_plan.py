@@ -8,9 +8,7 @@ each trial's raw measurements (dataset tokens and seconds of its measured window
 
 from __future__ import annotations
 
-import csv
 import math
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,40 +17,21 @@ from explorer.cli import main
 from explorer.plan import PlanJob, make_plan, plan_job
 from explorer.study import open_existing_study
 from explorer.study_file import load_study
+from tests.builders import PLAN_TABLE, best_rates_by_hand, replayed_plan_studies
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = "benchmarks/results/tables/cpu-two-models.csv"
-STUDIES = ("benchmarks/plan_studies/replay-cpu-small.yaml", "benchmarks/plan_studies/replay-cpu-large.yaml")
-SPACE = "search_spaces/plan-cpu.yaml"
 PRICES = {"CPU-small": 1.0, "CPU-large": 2.5}
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The two replay studies, run to the end in a copy of their folders."""
-    root = tmp_path_factory.mktemp("plan")
-    for rel in (TABLE, SPACE, *STUDIES):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, root / rel)
-    files = [root / rel for rel in STUDIES]
-    for file in files:
-        assert main(["optimize", str(file)]) == 0
-    return files
+    return replayed_plan_studies(tmp_path_factory.mktemp("plan"))
 
 
 def _measured() -> dict[tuple[str, int], tuple[float, dict[str, str]]]:
     """By hand: each (GPU model, GPU count)'s best per-GPU rate from the raw window measurements."""
-    best: dict[tuple[str, int], tuple[float, dict[str, str]]] = {}
-    with (ROOT / TABLE).open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["status"] != "ok" or row.get("reused_from"):
-                continue
-            n = int(row["number_gpus"])
-            per_gpu = float(row["measured_dataset_tokens"]) / float(row["measured_seconds"]) / n
-            key = (row["gpu_model"], n)
-            if per_gpu > best.get(key, (0.0, {}))[0]:
-                best[key] = (per_gpu, row)
-    return best
+    return best_rates_by_hand(ROOT / PLAN_TABLE)
 
 
 def _plan(files: list[Path], **job: object) -> object:

@@ -7,9 +7,7 @@ figure for a study file with a ``budget``, and says in one line how to get it wi
 
 from __future__ import annotations
 
-import csv
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,38 +19,22 @@ from explorer.plan._figure import FILE, HINT
 from explorer.report._canvas import HEIGHT_PX, WIDTH_PX
 from explorer.study import open_existing_study
 from explorer.study_file import load_study
+from tests.builders import PLAN_TABLE, best_rates_by_hand, replayed_plan_studies
 
 ROOT = Path(__file__).resolve().parent.parent
-TABLE = "benchmarks/results/tables/cpu-two-models.csv"
-STUDIES = ("benchmarks/plan_studies/replay-cpu-small.yaml", "benchmarks/plan_studies/replay-cpu-large.yaml")
-SPACE = "search_spaces/plan-cpu.yaml"
 
 
 @pytest.fixture(scope="module")
 def replayed(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """The two replay studies, run to the end in a copy of their folders; the first reported."""
-    root = tmp_path_factory.mktemp("cost")
-    for rel in (TABLE, SPACE, *STUDIES):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / rel, root / rel)
-    files = [root / rel for rel in STUDIES]
-    for file in files:
-        assert main(["optimize", str(file)]) == 0
+    files = replayed_plan_studies(tmp_path_factory.mktemp("cost"))
     assert main(["report", str(files[0])]) == 0
     return files
 
 
 def _by_hand() -> dict[tuple[str, int], float]:
     """Each (GPU model, GPU count)'s best dataset tokens/s per GPU from the raw window measurements."""
-    best: dict[tuple[str, int], float] = {}
-    with (ROOT / TABLE).open(newline="") as fh:
-        for row in csv.DictReader(fh):
-            if row["status"] != "ok" or row.get("reused_from"):
-                continue
-            n = int(row["number_gpus"])
-            rate = float(row["measured_dataset_tokens"]) / float(row["measured_seconds"]) / n
-            best[(row["gpu_model"], n)] = max(rate, best.get((row["gpu_model"], n), 0.0))
-    return best
+    return {k: v[0] for k, v in best_rates_by_hand(ROOT / PLAN_TABLE).items()}
 
 
 def _rows(file: Path) -> tuple[list[PlanRow], PlanJob]:
