@@ -144,3 +144,30 @@ def test_the_job_comes_from_the_study_file_unless_the_command_line_says_otherwis
     assert job.total_tokens == pytest.approx(4e9)
     assert job.deadline_hours == pytest.approx(36.0)
     assert job.prices["CPU-large"] == 3.0 and math.isclose(job.prices["CPU-small"], 1.0)
+
+
+def test_one_study_that_searches_the_gpu_model_is_planned_per_model(
+    replayed: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    data = yaml.safe_load(replayed[0].read_text())
+    data["name"] = "plan-both-models"
+    for key in ("gpu_model", "device_memory_gib", "cpus_per_trial_process"):
+        data["resources"].pop(key)
+    data["resources"]["gpu_models"] = {"CPU-small": 2, "CPU-large": 2}
+    space = yaml.safe_load((ROOT / "search_spaces/plan-cpu.yaml").read_text())
+    space["parameters"]["gpu_model"] = {"choices": ["CPU-small", "CPU-large"]}
+    data.update(search_space=space, n_trials=64, when_converged="explore")
+    both = replayed[0].with_name("both.yaml")
+    both.write_text(yaml.safe_dump(data))
+    assert main(["optimize", str(both)]) == 0
+    assert main(["plan", str(both), "--max-gpus", "2"]) == 0
+    hand = _measured()
+    plan = _plan([both], tokens=2e8, epochs=2.0, deadline_hours=12.0, max_gpus=2)
+    rows = {(r.gpu_model, r.number_gpus): r for r in plan.rows}  # type: ignore[attr-defined]
+    assert set(rows) == set(hand)
+    for key, row in rows.items():
+        assert row.per_gpu == pytest.approx(hand[key][0], rel=1e-3)
+        assert row.cost(plan.job) == pytest.approx(row.gpu_hours(plan.job) * PRICES[key[0]], rel=1e-9)  # type: ignore[attr-defined]
+    assert "CPU-large" in capsys.readouterr().out
