@@ -179,6 +179,7 @@ def test_node_capacity_reads_the_local_rays_models():
 # -- real studies -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a real two-model study on the local Ray: about 35 s (CI runs it with make test-slow)
 def test_a_cpu_study_runs_trials_of_both_models_on_their_own_gpus(write_study, tmp_path):
     """Local Ray, one logical GPU of each model, two trials at once: one per model, each placed
     on its model's resources (as Ray assigned them to the trial's actor)."""
