@@ -199,7 +199,7 @@ SLOW_FOR_TIME = frozenset(
         "test_backends.py::test_backend_really_runs[cold-FSDP-1-SHARD_GRAD_OP-ckpt]",  # 26 s
         "test_backends.py::test_accelerate_launch_runner",  # 28 s
         "test_passthrough.py::test_a_study_passes_training_arguments_to_its_trials",  # 35 s; the passthrough unit tests
-        "test_storages.py::test_two_optimize_processes_share_one_study[sqlite]",  # 34 s; test_storage_race
+        "test_storages.py::test_two_optimize_processes_share_one_study[postgresql]",  # 62 s; its [sqlite] case
         "test_measurement.py::test_dataset_tokens_recount[2-DDP-2-True]",  # 28 s; the 1-process recounts
         "test_measurement.py::test_dataset_tokens_recount[2-DDP-1-False]",  # 27 s
         "test_measurement.py::test_dataset_tokens_recount_in_every_padding_mode[packed-2-DDP]",  # 27 s
