@@ -46,11 +46,10 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
             "generatorid": t.user_attrs.get("proposed_by", f"explorer-{loaded.spec.sampler.kind}"),
             "experiment_id": f"explorer.{loaded.spec.name}",
             "model_name": loaded.spec.workload.model.name,
-            "gpu_model": loaded.spec.resources.gpu_model,
+            "gpu_model": loaded.spec.resources.model_of(t.user_attrs.get("gpu_model")),  # the trial's
             "method": loaded.spec.workload.method.kind,
         }
-        row.update({n: t.user_attrs.get(n) for n in names})
-        row["gpu_model"] = loaded.spec.resources.model_of(t.user_attrs.get("gpu_model"))  # the trial's
+        row.update({n: t.user_attrs.get(n) for n in names if n != "gpu_model"})
         for key, value in t.user_attrs.items():
             if key in row or key in _SKIP or key in _AFTER or isinstance(value, (dict, list)):
                 continue

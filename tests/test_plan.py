@@ -171,3 +171,29 @@ def test_one_study_that_searches_the_gpu_model_is_planned_per_model(
         assert row.per_gpu == pytest.approx(hand[key][0], rel=1e-3)
         assert row.cost(plan.job) == pytest.approx(row.gpu_hours(plan.job) * PRICES[key[0]], rel=1e-9)  # type: ignore[attr-defined]
     assert "CPU-large" in capsys.readouterr().out
+
+
+def test_the_readmes_worked_example_is_what_plan_prints(
+    replayed: list[Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's table and figures: the study files' budget and prices, as its command gives them."""
+    args = ["--tokens", "2e8", "--epochs", "2", "--deadline", "12h", "--max-gpus", "8"]
+    assert (
+        main(["plan", *map(str, replayed), *args, "--price", "CPU-small=1.0", "--price", "CPU-large=2.5"])
+        == 0
+    )
+    printed = capsys.readouterr().out
+    readme = (ROOT / "README.md").read_text()
+    table = printed[: printed.index("F fastest")].splitlines()[3:]
+    assert len(table) == 9
+    for line in table:
+        assert line in readme, line
+    plan = _plan(replayed, tokens=2e8, epochs=2.0, deadline_hours=12.0, max_gpus=8)
+    marks = plan.marks  # type: ignore[attr-defined]
+    assert (marks.cheapest.number_gpus, marks.cheapest.gpu_model) == (1, "CPU-small")
+    assert (marks.by_deadline.number_gpus, marks.by_deadline.config.distributed_backend) == (2, "DDP")
+    assert marks.fastest.number_gpus == 8 and marks.fastest.extrapolated
+    held = plan.held_back  # type: ignore[attr-defined]
+    small, large = held["plan-replay-cpu-small"], held["plan-replay-cpu-large"]
+    assert f"{100 * small.mean_abs_rel_error:.1f}% mean on CPU-small" in readme
+    assert f"{100 * large.mean_abs_rel_error:.1f}% on CPU-large" in readme

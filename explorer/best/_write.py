@@ -34,10 +34,11 @@ class BestFiles:
     accelerate: str
 
 
-def device_type_of(loaded: LoadedStudy, trial: optuna.trial.FrozenTrial) -> str:
-    """``cuda`` or ``cpu``: where the trial was measured (its ``device`` property), else where the
-    study's resources say (``auto`` taken as CUDA)."""
-    measured = trial.user_attrs.get("device")
+def device_type_of(loaded: LoadedStudy, trial: optuna.trial.FrozenTrial | None) -> str:
+    """``cuda`` or ``cpu``: where the trial was measured (its ``device`` property), else (or with
+    no trial: a configuration never measured) where the study's resources say (``auto`` taken as
+    CUDA)."""
+    measured = trial.user_attrs.get("device") if trial is not None else None
     if measured in ("cuda", "cpu"):
         return str(measured)
     return "cpu" if loaded.spec.resources.device == "cpu" else "cuda"

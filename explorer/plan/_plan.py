@@ -147,12 +147,12 @@ def write_chosen(
 ) -> tuple[PlanRow, BestFiles] | None:
     """``explorer best``'s files for the plan's choice (cheapest by the deadline, else cheapest),
     in ``out`` (default: ``<output_dir>/plan`` of its study)."""
-    from explorer.best import write_config
+    from explorer.best import device_type_of, write_config
 
     row = plan.marks.chosen
     if row is None:
         return None
-    loaded = next(lo for lo, _ in studies if lo.spec.name == row.study)
+    loaded, study = next((lo, st) for lo, st in studies if lo.spec.name == row.study)
     how = "extrapolated" if row.extrapolated else f"trial {row.trial}"
     files = write_config(
         loaded,
@@ -160,7 +160,9 @@ def write_chosen(
         out or loaded.output_dir / "plan",
         steps=steps,
         trial_number=row.trial if row.trial is not None else -1,
-        device_type="cpu" if loaded.spec.resources.device == "cpu" else "cuda",
+        device_type=device_type_of(
+            loaded, study.get_trials(deepcopy=False)[row.trial] if row.trial is not None else None
+        ),
         title=f"explorer plan's choice from study {loaded.spec.name!r} ({how}): {row.number_gpus} x "
         f"{row.gpu_model}, {row.hours(plan.job):,.2f} h for {plan.job.total_tokens:,.0f} tokens.",
     )

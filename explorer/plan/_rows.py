@@ -116,11 +116,6 @@ class StudyRows:
     fit: ScalingFit
 
 
-def _gpu_model(loaded: LoadedStudy, config: TrialConfig) -> str:
-    searched = config.to_dict().get("gpu_model")
-    return str(searched) if searched else loaded.spec.resources.gpu_model
-
-
 def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) -> StudyRows:
     """The measured feasible configurations of ``study`` (the best trial of each) and its fit."""
     from explorer.report import feasible_ranking
@@ -137,7 +132,7 @@ def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) 
         rows.append(
             PlanRow(
                 study=loaded.spec.name,
-                gpu_model=_gpu_model(loaded, config),
+                gpu_model=loaded.spec.resources.model_of(config.gpu_model),
                 config=config,
                 per_gpu=per_gpu,
                 trial=trial.number,

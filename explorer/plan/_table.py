@@ -11,11 +11,15 @@ beside it; it is never shown as measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from explorer.plan._job import PlanJob
 from explorer.plan._rows import PlanRow
+
+if TYPE_CHECKING:
+    from explorer.trial_config import TrialConfig
 
 __all__ = ["Marks", "mark_rows", "table_lines"]
 
@@ -74,7 +78,7 @@ def _per_gpu(row: PlanRow) -> str:
     return f"{row.per_gpu:,.0f} ({row.low:,.0f}-{row.high:,.0f})"
 
 
-def _cells(row: PlanRow, job: PlanJob, marks: Marks, describe: object) -> list[str]:
+def _cells(row: PlanRow, job: PlanJob, marks: Marks, describe: Callable[[TrialConfig], str]) -> list[str]:
     cost = row.cost(job)
     meets = row.meets(job)
     return [
@@ -88,7 +92,7 @@ def _cells(row: PlanRow, job: PlanJob, marks: Marks, describe: object) -> list[s
         "-" if cost is None else f"{cost:,.2f}",
         "-" if meets is None else ("yes" if meets else "no"),
         "extrapolated" if row.extrapolated else f"{row.study}#{row.trial}",
-        describe(row.config),  # type: ignore[operator]
+        describe(row.config),
     ]
 
 
