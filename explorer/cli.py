@@ -332,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `explorer status ... | head`: the reader has all it wanted
         sys.stderr.close()
         return 0
+    except Exception as exc:  # a storage failing mid-command, or a bug: printed with no secret in it
+        from explorer.errors import crash_text
+
+        sys.stderr.write(crash_text(exc))
+        return 1
     raise AssertionError(args.command)
 
 

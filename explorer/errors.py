@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import sys
+import traceback
+from collections.abc import Iterable, Iterator
 
-__all__ = ["SpecError", "did_you_mean"]
+__all__ = ["SpecError", "crash_text", "did_you_mean"]
+
+_STORAGE_MODULES = ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "sqlite3")
+"""Packages whose exceptions mean the storage failed (its driver, or SQLAlchemy above it)."""
 
 
 class SpecError(Exception):
@@ -33,3 +38,46 @@ def did_you_mean(name: str, known: Iterable[str]) -> str:
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(name.lower(), list(by_lower), n=1)
     return f"; did you mean {by_lower[close[0]]}" if close else ""
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from or while handling."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        yield at
+        at = at.__cause__ or at.__context__
+
+
+def _storage_error(exc: BaseException) -> BaseException | None:
+    """The storage's own exception in ``exc``'s chain (Optuna wraps a driver's error in
+    ``StorageInternalError``), or ``None`` when the storage is not what failed."""
+    optuna_exceptions = sys.modules.get("optuna.exceptions")
+    wrapper = getattr(optuna_exceptions, "StorageInternalError", None)
+    for at in _chain(exc):
+        if type(at).__module__.split(".")[0] in _STORAGE_MODULES:
+            return at
+        if wrapper is not None and isinstance(at, wrapper):
+            return at.__cause__ or at
+    return None
+
+
+def crash_text(exc: BaseException) -> str:
+    """What the CLI prints for an exception nothing else handled, with no secret in it.
+
+    A storage that fails mid-command (a server gone, a password changed) is one line: what the
+    driver said. Anything else is a bug: its traceback, for the report. Either way the secrets of
+    every storage this process opened are masked (:func:`explorer.secrets.redact_opened`).
+    """
+    from explorer.secrets import redact_opened
+
+    failed = _storage_error(exc)
+    if failed is not None:
+        said = str(failed).strip().splitlines()
+        first = said[0] if said else type(failed).__name__
+        return redact_opened(
+            f"explorer: error: the storage failed: {first} (what it stored is kept; "
+            "run the command again when it answers)\n"
+        )
+    return redact_opened("".join(traceback.format_exception(exc)))

@@ -16,7 +16,16 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
-__all__ = ["MASK", "SECRET_ENV", "has_secret", "mask_url", "redact", "secrets_of"]
+__all__ = [
+    "MASK",
+    "SECRET_ENV",
+    "has_secret",
+    "mask_url",
+    "redact",
+    "redact_opened",
+    "remember_opened",
+    "secrets_of",
+]
 
 _SECRET_KEY = re.compile(
     r"pass(word|wd|phrase)?$|pwd|secret|token|credential|(^|_)key$|apikey", re.IGNORECASE
@@ -170,3 +179,21 @@ def redact(text: str, url: str | None = None) -> str:
         else:
             text = re.sub(rf"(?<!\w){re.escape(secret)}(?!\w)", MASK, text)
     return _ASSIGNED.sub(lambda m: f"{m.group('key')}{m.group('eq')}{MASK}", text)
+
+
+_OPENED: set[str] = set()
+"""The storage URLs this process has opened (:func:`remember_opened`)."""
+
+
+def remember_opened(url: str) -> None:
+    """Note that this process opened the storage at ``url``, so that :func:`redact_opened` masks
+    its secrets in whatever is printed later (a storage that fails mid-run, a crash)."""
+    _OPENED.add(url)
+
+
+def redact_opened(text: str) -> str:
+    """``text`` with the secrets of every storage this process opened masked (see :func:`redact`),
+    and the values of :data:`SECRET_ENV` variables."""
+    for url in sorted(_OPENED, key=len, reverse=True):
+        text = redact(text, url)
+    return redact(text)

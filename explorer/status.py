@@ -65,8 +65,9 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     import optuna
     import sqlalchemy
 
-    from explorer.secrets import mask_url, redact
+    from explorer.secrets import mask_url, redact, remember_opened
 
+    remember_opened(loaded.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = readonly_url(loaded.storage_url, file=str(loaded.file))
     sqlite = url.startswith("sqlite")

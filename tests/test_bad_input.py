@@ -37,9 +37,12 @@ REAL_PROCESS_CASES = [
 ]
 """The real ``python -m explorer`` runs these (the rest of the corpus runs in this process)."""
 SUBPROCESS_TIMEOUT_S = 60
-POSTGRES_MAX_S = 15
+HANG_GUARD_S = 100
 PROBED = ("postgres", "launcher_address")
-"""Cases that reach for a server that does not answer: they must say so within POSTGRES_MAX_S."""
+"""Cases that reach for a server that does not answer. Each reach has its own timeout (10 s for
+PostgreSQL, 3 s for Ray); without one, a TCP connect to a silent address waits about 130 s on
+Linux. Two reaches (validate, then optimize) within HANG_GUARD_S show the timeouts work; the
+bound guards against that hang, not against a slow machine."""
 
 
 def _explorer(*args: str) -> subprocess.CompletedProcess[str]:
@@ -145,7 +148,7 @@ def test_bad_input_fails_with_one_line(
     assert os.listdir(db.parent) == [db.name]
     assert _tree(CORPUS) == corpus_before
     if any(word in case for word in PROBED):
-        assert elapsed < 2 * POSTGRES_MAX_S, f"an unreachable server took {elapsed:.1f} s to report twice"
+        assert elapsed < HANG_GUARD_S, f"an unreachable server took {elapsed:.1f} s to report twice"
 
 
 @pytest.mark.parametrize(("command", "case"), REAL_PROCESS_CASES)

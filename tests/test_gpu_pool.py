@@ -284,7 +284,7 @@ def test_a_paced_replay_holds_its_gpus_in_real_time(write_study, tmp_path):
     assert len(slots) == 4
     for before, after in zip(slots, slots[1:], strict=False):  # one at a time, back to back
         assert after.start >= before.end - 1e-6
-    assert 4.0 <= wall < 30.0, wall  # 4 x 100 virtual s x 0.01; nothing runs ahead of real time
+    assert wall >= 4.0, wall  # 4 x 100 virtual s x 0.01; nothing runs ahead of real time
     # the virtual clock follows real time: the last end is 400 s plus whatever the loop took
     # between trials (more on a loaded machine), never more than the real time elapsed
     assert 400.0 - 1e-6 <= slots[-1].end <= wall / 0.01 + 1.0

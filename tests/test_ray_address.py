@@ -1,4 +1,4 @@
-"""A Ray address that does not answer is one line within seconds, at load time, not a hang."""
+"""A Ray address that does not answer is one line after the probe's timeout, at load time, not a hang."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,15 @@ from tests.builders import run_cli
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _validate(path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    started = time.monotonic()
-    proc = run_cli("validate", str(path), timeout=60, env=env)
-    return proc, time.monotonic() - started
+HANG_GUARD_S = 60
+"""A validate that waits on the address longer than this fails the test (``TimeoutExpired``).
+
+It guards against a hang (``ray.init`` retries for minutes), not against a slow machine: the
+probe's own timeout is shown by its message ("no answer within"), not by a stopwatch."""
+
+
+def _validate(path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("validate", str(path), timeout=HANG_GUARD_S, env=env)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -92,7 +96,7 @@ def test_a_server_that_accepts_but_never_answers_is_one_line_within_seconds(writ
     port = listener.getsockname()[1]
     path = write_study({"launcher": {"kind": "ray", "address": f"127.0.0.1:{port}"}})
     try:
-        proc, elapsed = _validate(path)
+        proc = _validate(path)
     finally:
         listener.close()
     line = _one_line(proc)
@@ -100,15 +104,13 @@ def test_a_server_that_accepts_but_never_answers_is_one_line_within_seconds(writ
         f": launcher.address: '127.0.0.1:{port}': cannot reach Ray at 127.0.0.1:{port}: no answer within"
         in line
     )
-    assert elapsed < PROBE_TIMEOUT_S + 8, elapsed  # the probe's timeout and the CLI's start-up
+    assert f"no answer within {PROBE_TIMEOUT_S:g} s" in line, line
 
 
 def test_ray_address_from_the_environment_is_probed_and_named(write_study, tmp_path):
     path = write_study({"storage": f"sqlite:///{tmp_path}/s.db"})
-    proc, elapsed = _validate(path, RAY_ADDRESS="127.0.0.1:1")
-    line = _one_line(proc)
+    line = _one_line(_validate(path, RAY_ADDRESS="127.0.0.1:1"))
     assert f"{path}: launcher.address: RAY_ADDRESS=127.0.0.1:1: cannot reach Ray" in line, line
-    assert elapsed < 15
     assert not (tmp_path / "s.db").exists()
     # commands that only read a stored study do not need the cluster: status says what it says
     # about the storage, not about Ray

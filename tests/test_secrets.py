@@ -432,3 +432,91 @@ def test_explorer_dashboard_before_the_study_exists_is_one_line_and_creates_noth
         assert failed.returncode == 2 and failed.stdout == "", (stage, failed.stdout)
         assert failed.stderr.count("\n") == 1 and "no study" in failed.stderr, (stage, failed.stderr)
         assert (db.read_bytes() if db.exists() else None) == before, stage
+
+
+# -- a storage that fails mid-run ----------------------------------------------------------------
+
+
+def test_a_storage_lost_mid_run_is_one_line_without_the_password_and_keeps_its_trials(
+    write_study, tmp_path, postgres_server, postgres_url
+):
+    """A real server stops taking the study's role while ``explorer optimize`` runs (its login
+    refused, its connections ended): one line, exit status 1, no traceback, no password. The
+    trials stored before are all there, and the same command resumes the study once the role
+    may log in again."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    database = str(make_url(postgres_url).database)
+    role = f"gone{os.getpid()}"
+    postgres_server._admin(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
+    postgres_server._admin(f'ALTER DATABASE "{database}" OWNER TO {role}')
+    url = f"postgresql+psycopg://{role}:{ENCODED}@127.0.0.1:{postgres_server.port}/{database}"
+    durations = {"ok_s": 100.0, "oom_s": 100.0, "time_scale": 0.02}  # 2 s a trial
+    path = _replay_study(write_study, tmp_path, n_trials=8, launcher={"durations": durations})
+    env = {"EXPLORER_TEST_STORAGE": url}
+
+    def complete() -> int:
+        with psycopg.connect(postgres_server.url(database).replace("+psycopg", "")) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_name = 'trials'"
+            ).fetchone()
+            if not found or not found[0]:
+                return 0
+            row = conn.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()
+            return int(row[0]) if row else 0
+
+    run = _shell(f'exec explorer optimize {path} --storage "$EXPLORER_TEST_STORAGE"', env)
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while complete() < 2:
+            assert run.poll() is None and time.monotonic() < deadline, "no trial finished"
+            time.sleep(0.2)
+        postgres_server._admin(f"ALTER ROLE {role} NOLOGIN")
+        postgres_server._admin(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+        )
+        failed = _finish(run)
+    finally:
+        postgres_server._admin(f"ALTER ROLE {role} LOGIN")
+    kept = complete()
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
+    assert failed.stderr.count("\n") == 1, failed.stderr
+    line = failed.stderr.strip()
+    assert line.startswith("explorer: error: the storage failed: ") and "run the command again" in line
+    assert 2 <= kept < 8
+    resumed = _bash(f'explorer optimize {path} --storage "$EXPLORER_TEST_STORAGE"', env)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert complete() == 8
+    outputs = [failed.stdout, failed.stderr, resumed.stdout, resumed.stderr]
+    assert not _leaks(*outputs), _leaks(*outputs)
+    assert "Traceback" not in failed.stderr + resumed.stderr
+
+
+def test_a_crash_prints_its_traceback_with_the_opened_storages_secrets_masked(monkeypatch):
+    """A bug (any exception nothing handles) keeps its traceback for the report, masked; a
+    storage's own error (SQLAlchemy's, here as the cause of Optuna's wrapper) is one line."""
+    import optuna
+    import sqlalchemy
+
+    from explorer.errors import crash_text
+    from explorer.secrets import remember_opened
+
+    url = f"postgresql+psycopg://zq:{ENCODED}@db.example/o"
+    remember_opened(url)
+    monkeypatch.setenv("PGPASSWORD", "pg-env-s3cret")
+    try:
+        raise ValueError(f"cannot use {url} (or {PASSWORD}, or pg-env-s3cret)")
+    except ValueError as exc:
+        bug = crash_text(exc)
+    assert bug.startswith("Traceback") and "ValueError: cannot use postgresql+psycopg://zq:***@" in bug
+    assert not _leaks(bug) and "pg-env-s3cret" not in bug
+    try:
+        try:
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, Exception(f"server at {url} closed\nmore"))
+        except sqlalchemy.exc.OperationalError as exc:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit") from exc
+    except optuna.exceptions.StorageInternalError as exc:
+        lost = crash_text(exc)
+    assert lost.count("\n") == 1 and lost.startswith("explorer: error: the storage failed: (")
+    assert "server at postgresql+psycopg://zq:***@db.example/o closed" in lost and not _leaks(lost)

@@ -481,17 +481,20 @@ def test_two_storages_of_one_study_file_keep_their_own_run_folders(write_study, 
     _audit_ok(path, "--storage", other)
 
 
-def test_an_output_dir_of_another_storage_is_refused(write_study, tmp_path):
+def test_an_output_dir_of_another_storage_is_refused(write_study, tmp_path, capsys):
     """A study file whose ``output_dir`` is already the run folder of the same study in another
-    storage: one line naming the owner, exit 2, and the second storage is not created."""
+    storage: one line naming the owner, exit 2, and the second storage is not created (the CLI in
+    this process: test_bad_input runs the real process for one-line errors)."""
+    from explorer.cli import main
+
     path = _replay_study(write_study, tmp_path, None, n_trials=2, output_dir="runs")
-    first = _explorer("optimize", str(path))
-    assert first.returncode == 0, first.stdout + first.stderr
+    assert main(["optimize", str(path)]) == 0, capsys.readouterr()
+    capsys.readouterr()
     other = tmp_path / "other.db"
-    second = _explorer("optimize", str(path), "--storage", f"sqlite:///{other}")
-    assert second.returncode == 2, second.stdout + second.stderr
-    assert second.stderr.count("\n") == 1 and "Traceback" not in second.stderr, second.stderr
-    assert "output_dir" in second.stderr and "replay.db" in second.stderr, second.stderr
+    assert main(["optimize", str(path), "--storage", f"sqlite:///{other}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert "output_dir" in err and "replay.db" in err, err
     assert not other.exists()
 
 

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
-from explorer.secrets import mask_url, redact
+from explorer.secrets import mask_url, redact, remember_opened
 
 if TYPE_CHECKING:
     import optuna
@@ -33,6 +33,7 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
     import sqlalchemy
     from sqlalchemy.engine import make_url
 
+    remember_opened(url)
     parsed = make_url(url)
     sqlite = parsed.get_backend_name() == "sqlite"
     connect_args = {"timeout": 60} if sqlite else {"connect_timeout": 10}
