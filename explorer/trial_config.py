@@ -17,6 +17,7 @@ __all__ = [
     "FSDP_VERSIONS",
     "KEY_ORDER",
     "TrialConfig",
+    "VARYING_SHAPES",
     "field_names",
 ]
 
@@ -37,6 +38,10 @@ KEY_ORDER = (
 """The knobs of the first configuration key, in its order: they are always in a key (but where
 ``None``), so that stored measurements and keys stay valid. Never add to it: a knob declared
 later enters a key after these, and only where it is not at its default."""
+
+
+VARYING_SHAPES = ("longest", "packed")
+"""``padding`` modes whose batches change shape from step to step."""
 
 
 def field_names() -> list[str]:
@@ -96,6 +101,12 @@ class TrialConfig:
     def per_device_batch_size(self) -> int:
         """Samples per process and micro-step (``batch_size // number_gpus``)."""
         return int(self.batch_size) // max(1, int(self.number_gpus))
+
+    @property
+    def compiles_dynamic(self) -> bool:
+        """Whether ``torch.compile`` should take dynamic shapes from the first step: a compiled
+        configuration whose batches change shape from step to step (:data:`VARYING_SHAPES`)."""
+        return bool(self.torch_compile) and self.padding in VARYING_SHAPES
 
     @property
     def sharded(self) -> bool:

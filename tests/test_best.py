@@ -56,6 +56,32 @@ def test_render_one_process_and_cpu():
     assert doc["use_cpu"] is False  # accelerate would start one process only
 
 
+@pytest.mark.parametrize(
+    ("padding", "compile_", "dynamic"),
+    [("packed", True, True), ("longest", True, True), ("max_length", True, False), ("packed", False, False)],
+)
+def test_a_compiled_config_with_changing_shapes_compiles_dynamic_under_accelerate_launch(
+    padding, compile_, dynamic, tmp_path
+):
+    """The worker compiles with dynamic shapes where batches change shape; so does a run from
+    best's accelerate.yaml: accelerate's own launch code reads it into the Trainer's environment."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+
+    config = _cfg(number_gpus=1, distributed_backend="NONE", torch_compile=compile_, padding=padding)
+    assert config.compiles_dynamic is dynamic
+    path = tmp_path / "accelerate.yaml"
+    path.write_text(
+        render_accelerate(config, device_type="cpu", torch_dtype="bfloat16", layer_classes=LAYERS)
+    )
+    assert ("dynamo_config" in yaml.safe_load(path.read_text())) is dynamic
+    args = launch_command_parser().parse_args(["--config_file", str(path), "train.py"])
+    args, _, _ = _validate_launch_command(args)
+    _, env = prepare_simple_launcher_cmd_env(args)
+    assert env["ACCELERATE_DYNAMO_USE_DYNAMIC"] == str(dynamic)
+    assert env["ACCELERATE_DYNAMO_BACKEND"] == "NO"  # the Trainer's torch_compile does the compiling
+
+
 def test_render_fsdp1_shard_grad_op():
     doc = _render(
         _cfg(

@@ -35,6 +35,10 @@ TEMPLATES = _templates()
 """The accelerate config templates (``${NAME}`` placeholders)."""
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
+_DYNAMIC_SHAPES = """\
+dynamo_config:                  # padding: {padding}: batches change shape from step to step
+  dynamo_use_dynamic: true      # torch.compile(dynamic=True) from the first step: one compile
+"""
 
 
 def template_for(config: TrialConfig) -> str:
@@ -134,6 +138,8 @@ def render_accelerate(
             "CPU: use_cpu stays false here, while training_arguments.json has use_cpu: true: with it "
             "accelerate would start one process, not every rank (the ranks run on the CPU with gloo)."
         )
+    if config.compiles_dynamic:  # as the worker compiles it (accelerate launch tells the Trainer)
+        text = text.rstrip() + "\n" + _DYNAMIC_SHAPES.format(padding=config.padding)
     rendered = "\n".join([*(f"# {line}".rstrip() for line in notes), text.rstrip()]) + "\n"
     if not isinstance(yaml.safe_load(rendered), dict):
         raise ValueError(f"{path}: the rendered config is not a mapping")

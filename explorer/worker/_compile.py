@@ -40,9 +40,6 @@ __all__ = [
 DYNAMIC_ENV = "ACCELERATE_DYNAMO_USE_DYNAMIC"
 """accelerate's switch for ``torch.compile(dynamic=True)`` (read when the Trainer is created)."""
 
-VARYING_SHAPES = ("longest", "packed")
-"""``padding`` modes whose batches change shape from step to step."""
-
 
 @dataclass(frozen=True)
 class CompilePlan:
@@ -56,7 +53,7 @@ def compile_plan(config: TrialConfig) -> CompilePlan | None:
     """``None`` for a trial that does not compile. Else its plan, put in force for the Trainer about
     to be created (accelerate reads it then): dynamic shapes where batches change shape (``longest``,
     ``packed``); dynamo's default (static first) for ``max_length``."""
-    dynamic = bool(config.torch_compile) and config.padding in VARYING_SHAPES
+    dynamic = config.compiles_dynamic
     if dynamic:
         os.environ[DYNAMIC_ENV] = "1"
     else:
