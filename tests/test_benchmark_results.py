@@ -300,13 +300,13 @@ def test_fault_injection_counts_recompute_from_the_trial_rows(name):
         assert phase["exit"] == {"SIGKILL": -9, "SIGINT": 130, None: 0}[phase["signal"]]
 
 
-def test_padding_figures_recompute_from_the_runs():
-    """``benchmarks/padding_cpu.py``: each mode's median throughput and the packed / max_length
-    ratio (README: at least 2x on short entries) recompute from the raw runs' tokens and seconds;
-    every mode consumed the same entries (the same dataset tokens)."""
-    import statistics
-
-    data = json.loads((ROOT / "benchmarks" / "results" / "padding_cpu.json").read_text())
+@pytest.mark.parametrize(("result", "floor"), [("padding_cpu.json", 2.0), ("padding_jsonl.json", 1.5)])
+def test_padding_figures_recompute_from_the_runs(result, floor):
+    """``benchmarks/padding_cpu.py`` (synthetic short entries; ``--study studies/local-jsonl.yaml``
+    for the JSONL file): each mode's median throughput and the packed / max_length ratio
+    recompute from the raw runs' tokens and seconds; every mode consumed the same entries (the
+    same dataset tokens); packed trained no padding."""
+    data = json.loads((ROOT / "benchmarks" / "results" / result).read_text())
     runs = data["runs"]
     for mode, committed in data["median_dataset_tokens_per_second"].items():
         fresh = statistics.median(
@@ -315,10 +315,28 @@ def test_padding_figures_recompute_from_the_runs():
         assert_close(fresh, committed, where=mode)
     medians = data["median_dataset_tokens_per_second"]
     assert_close(medians["packed"] / medians["max_length"], data["packed_over_max_length"])
-    assert data["packed_over_max_length"] >= 2.0
+    assert data["packed_over_max_length"] >= floor
     assert len({r["measured_dataset_tokens"] for r in runs}) == 1
     packed = [r for r in runs if r["padding"] == "packed"]
     assert all(r["measured_train_tokens"] == r["measured_dataset_tokens"] for r in packed)
+
+
+def test_the_readmes_jsonl_packing_figures_are_the_recorded_ones():
+    """README and docs/data.md quote the JSONL study's medians and ratio as recorded in
+    ``padding_jsonl.json`` (rounded as printed)."""
+    data = json.loads((ROOT / "benchmarks" / "results" / "padding_jsonl.json").read_text())
+    assert data["study"] == "studies/local-jsonl.yaml"
+    assert sorted(data["set"]) == ["batch_size=8", "number_gpus=1"]
+    medians = data["median_dataset_tokens_per_second"]
+    packed, padded = f"{medians['packed']:,.0f}", f"{medians['max_length']:,.0f}"
+    ratio = f"{data['packed_over_max_length']:.1f}x"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"it measured {packed} dataset tokens/s against {padded} for `max_length` ({ratio})" in readme
+    assert f"{ratio} on the JSONL study above" in readme
+    data_md = " ".join((ROOT / "docs" / "data.md").read_text().split())
+    assert (
+        f"dataset tokens/s of {padded} with `max_length` and {packed} with `packed` (**{ratio}**" in data_md
+    )
 
 
 KNOBS_RESULT = "search_benchmark.knobs.json"
