@@ -130,20 +130,16 @@ def test_packed_trial_counts_the_dataset_tokens(tmp_path):
 
 
 @pytest.mark.slow
-def test_packed_gives_more_dataset_tokens_per_second(tmp_path):
-    """At model_max_length 512 three quarters of a max_length batch is padding: packing the same
-    entries gives the same dataset tokens in far fewer trained tokens, and more of them a second
-    (3.2x on an idle 2-core CPU; the best of two interleaved runs each must reach 1.5x, which
-    leaves room for a busy machine)."""
-    runs: dict[str, list] = {"max_length": [], "packed": []}
-    for repeat in range(2):
-        for mode, done in runs.items():
-            done.append(_measured(mode, tmp_path / str(repeat), batch=8, length=512, warmup=2, steps=4))
-    window = runs["max_length"][0][1]
+def test_packed_trains_the_same_dataset_tokens_in_a_third_of_the_trained_tokens(tmp_path):
+    """At model_max_length 512 about three quarters of a max_length batch is padding: packing the
+    same entries gives the same dataset tokens in under 35% of the trained tokens. What that is
+    worth a second is machine speed, measured in benchmarks/results/padding_jsonl.json (2.3x,
+    recomputed by tests/test_benchmark_results.py), not here."""
+    (full, window), (packed, _) = (
+        _measured(mode, tmp_path / mode, batch=8, length=512, warmup=2, steps=4)
+        for mode in ("max_length", "packed")
+    )
     expected = sum(min(c, 512) for c in (_token_counts()[i] for i in window))
-    for (full, _), (packed, _) in zip(runs["max_length"], runs["packed"], strict=True):
-        assert full.measured_dataset_tokens == packed.measured_dataset_tokens == expected
-        assert full.measured_train_tokens == len(window) * 512 and packed.measured_train_tokens == expected
+    assert full.measured_dataset_tokens == packed.measured_dataset_tokens == expected
+    assert full.measured_train_tokens == len(window) * 512 and packed.measured_train_tokens == expected
     assert expected < 0.35 * len(window) * 512
-    best = {mode: max(p.dataset_tokens_per_second_per_gpu for p, _ in done) for mode, done in runs.items()}
-    assert best["packed"] > 1.5 * best["max_length"], best
