@@ -240,6 +240,13 @@ def _plan_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--max-gpus", type=int, metavar="G", help="most GPUs the run may hold (default: the most measured)"
     )
     plan.add_argument(
+        "--global-batch",
+        type=int,
+        metavar="B",
+        help="samples per optimizer step that the run's recipe fixes (the batch over all GPUs times "
+        "gradient accumulation): plan only configurations that keep it",
+    )
+    plan.add_argument(
         "--price",
         action="append",
         default=[],
@@ -601,6 +608,7 @@ def _plan(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         deadline=args.deadline,
         max_gpus=args.max_gpus,
+        global_batch=args.global_batch,
         prices=args.price,
         file=args.study[0],
     )

@@ -103,6 +103,11 @@ class TrialConfig:
         return int(self.batch_size) // max(1, int(self.number_gpus))
 
     @property
+    def global_batch(self) -> int:
+        """Samples per optimizer step: ``batch_size`` (all GPUs) times ``gradient_accumulation_steps``."""
+        return int(self.batch_size) * int(self.gradient_accumulation_steps or 1)
+
+    @property
     def compiles_dynamic(self) -> bool:
         """Whether ``torch.compile`` should take dynamic shapes from the first step: a compiled
         configuration whose batches change shape from step to step (:data:`VARYING_SHAPES`)."""

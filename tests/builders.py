@@ -149,16 +149,23 @@ def replayed_plan_studies(root: Path) -> list[Path]:
     return files
 
 
-def best_rates_by_hand(table: Path) -> dict[tuple[str, int], tuple[float, dict[str, str]]]:
+def best_rates_by_hand(
+    table: Path, *, batch_size: int | None = None
+) -> dict[tuple[str, int], tuple[float, dict[str, str]]]:
     """Each (GPU model, GPU count)'s best dataset tokens/s per GPU, from the raw window
     measurements (``measured_dataset_tokens / measured_seconds / number_gpus``) of a table's
-    measured rows, with the row."""
+    measured rows (of that global ``batch_size`` only, if given), with the row."""
     import csv
 
     best: dict[tuple[str, int], tuple[float, dict[str, str]]] = {}
     with table.open(newline="") as fh:
         for row in csv.DictReader(fh):
             if row["status"] != "ok" or row.get("reused_from"):
+                continue
+            if (
+                batch_size is not None
+                and int(row["batch_size"]) * int(row["gradient_accumulation_steps"]) != batch_size
+            ):
                 continue
             n = int(row["number_gpus"])
             per_gpu = float(row["measured_dataset_tokens"]) / float(row["measured_seconds"]) / n

@@ -99,6 +99,37 @@ def test_explorer_plan_prints_the_table_writes_the_choice_and_reports_the_fit_er
     assert f"{chosen.number_gpus} x {chosen.gpu_model}" in text
 
 
+def test_a_global_batch_plans_only_the_configurations_that_keep_it(replayed: list[Path]) -> None:
+    """A recipe's global batch of 32: the measured rows are the best of batch 32 at each count (by
+    hand from the raw measurements), and an extrapolated count takes the family whose per-device
+    batch times the count is 32 (4 GPUs: per-device 8, measured as batch 16 on 2 GPUs)."""
+    hand = best_rates_by_hand(ROOT / PLAN_TABLE, batch_size=32)
+    plan = _plan(replayed, tokens=2e8, epochs=2.0, deadline_hours=12.0, max_gpus=8, global_batch=32)
+    rows = plan.rows  # type: ignore[attr-defined]
+    assert all(r.config.batch_size * r.config.gradient_accumulation_steps == 32 for r in rows)
+    measured = {(r.gpu_model, r.number_gpus): r for r in rows if not r.extrapolated}
+    assert set(measured) == set(hand)
+    for key, row in measured.items():
+        assert row.per_gpu == pytest.approx(hand[key][0], rel=1e-3)
+    extrapolated = {(r.gpu_model, r.number_gpus): r for r in rows if r.extrapolated}
+    assert {n for _, n in extrapolated} == {4, 8}
+    for (_, n), row in extrapolated.items():
+        assert row.config.per_device_batch_size == 32 // n
+        family = [  # the measured runs it scales: that per-device batch on 2 GPUs of the model
+            m
+            for study in plan.studies  # type: ignore[attr-defined]
+            for m in study.measured
+            if m.gpu_model == row.gpu_model
+            and m.number_gpus == 2
+            and m.config.per_device_batch_size == row.config.per_device_batch_size
+        ]
+        assert family and not any(m.config.batch_size == 32 for m in family)
+    unconstrained = _plan(replayed, tokens=2e8, epochs=2.0, deadline_hours=12.0, max_gpus=8)
+    best_any = {(r.gpu_model, r.number_gpus): r.per_gpu for r in unconstrained.rows}  # type: ignore[attr-defined]
+    for key, row in measured.items():  # a constraint never finds a faster measured run
+        assert row.per_gpu <= best_any[key] * (1 + 1e-9)
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -108,6 +139,12 @@ def test_explorer_plan_prints_the_table_writes_the_choice_and_reports_the_fit_er
         (["--deadline", "soon"], "--deadline: 'soon' is not a number"),
         (["--deadline", "0h"], "--deadline: '0h' must be positive"),
         (["--max-gpus", "0"], "--max-gpus: 0 must be at least 1"),
+        (["--global-batch", "0"], "--global-batch: 0 must be at least 1"),
+        (
+            ["--global-batch", "24"],
+            "--global-batch: no configuration with global batch 24 was measured or can be extrapolated "
+            "(measured: 8, 16, 32, 64)",
+        ),
     ],
 )
 def test_bad_plan_options_get_one_line_and_status_2(

@@ -1,4 +1,5 @@
-"""The real run ``explorer plan`` prices: its tokens, epochs, deadline, GPU limit and GPU prices.
+"""The real run ``explorer plan`` prices: its tokens, epochs, deadline, GPU limit, global batch and
+GPU prices.
 
 Each value comes from the command line, else from the study file's ``budget`` and ``prices``
 (the first study's, when several are planned together; every study's prices are merged).
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
 from explorer.spec import parse_amount, parse_hours
+from explorer.trial_config import TrialConfig
 
 if TYPE_CHECKING:
     from explorer.spec import StudySpec
@@ -31,12 +33,21 @@ class PlanJob:
     """Hours the run must finish in (``None``: no deadline)."""
     max_gpus: int | None = None
     """Most GPUs the run may hold (``None``: the largest measured count)."""
+    global_batch: int | None = None
+    """Samples per optimizer step that the run's recipe fixes (:attr:`TrialConfig.global_batch`):
+    only configurations that keep it are planned, measured or extrapolated. ``None``: any."""
     prices: Mapping[str, float] = field(default_factory=dict)
     """USD per GPU-hour, by GPU model."""
 
     def __post_init__(self) -> None:
         if not self.tokens > 0 or not self.epochs > 0:
             raise ValueError("tokens and epochs must be positive")
+        if self.global_batch is not None and self.global_batch < 1:
+            raise ValueError("global_batch must be at least 1")
+
+    def keeps(self, config: TrialConfig) -> bool:
+        """Whether ``config`` trains with the run's global batch (any, without one)."""
+        return self.global_batch is None or config.global_batch == self.global_batch
 
     @property
     def total_tokens(self) -> float:
@@ -78,6 +89,7 @@ def plan_job(
     epochs: str | None = None,
     deadline: str | None = None,
     max_gpus: int | None = None,
+    global_batch: int | None = None,
     prices: Sequence[str] = (),
     file: str,
 ) -> PlanJob:
@@ -96,11 +108,14 @@ def plan_job(
         raise SpecError(file=file, field="budget.tokens", problem="no token count: give --tokens N")
     if max_gpus is not None and max_gpus < 1:
         raise SpecError(file="--max-gpus", field="", problem=f"{max_gpus} must be at least 1")
+    if global_batch is not None and global_batch < 1:
+        raise SpecError(file="--global-batch", field="", problem=f"{global_batch} must be at least 1")
     return PlanJob(
         tokens=total,
         epochs=_option(epochs, parse_amount, option="--epochs") or (budget.epochs if budget else 1.0),
         deadline_hours=_option(deadline, parse_hours, option="--deadline")
         or (budget.deadline_hours if budget else None),
         max_gpus=max_gpus or (budget.max_gpus if budget else None),
+        global_batch=global_batch or (budget.global_batch if budget else None),
         prices=merged,
     )

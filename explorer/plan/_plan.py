@@ -71,6 +71,14 @@ def make_plan(studies: Sequence[tuple[LoadedStudy, optuna.Study]], job: PlanJob)
             )
         per_study.append(rows)
     all_rows = [row for rows in per_study for row in candidates(rows, job)]
+    if not all_rows:
+        measured = sorted({r.config.global_batch for rows in per_study for r in rows.measured})
+        raise SpecError(
+            file="--global-batch",
+            field="",
+            problem=f"no configuration with global batch {job.global_batch} was measured or can be "
+            f"extrapolated (measured: {', '.join(map(str, measured))})",
+        )
     return Plan(
         job=job,
         rows=all_rows,
@@ -83,6 +91,7 @@ def make_plan(studies: Sequence[tuple[LoadedStudy, optuna.Study]], job: PlanJob)
 def _job_lines(job: PlanJob) -> list[str]:
     deadline = f"; deadline {job.deadline_hours:,.1f} h" if job.deadline_hours else ""
     limit = f"; at most {job.max_gpus} GPUs" if job.max_gpus else ""
+    limit += f"; global batch {job.global_batch}" if job.global_batch else ""
     prices = ", ".join(f"{m} ${p:,.2f}" for m, p in sorted(job.prices.items())) or "none given"
     return [
         f"job: {job.tokens:,.0f} dataset tokens x {job.epochs:g} epochs = {job.total_tokens:,.0f} tokens"

@@ -186,26 +186,30 @@ def gpu_counts_beyond(largest: int, max_gpus: int, gpus_per_node: int) -> list[i
     return sorted(c for c in counts if c <= gpus_per_node or c % gpus_per_node == 0)
 
 
-def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int) -> PlanRow | None:
-    """The best prediction at ``n`` GPUs over the measured configurations ``best``."""
+def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int, job: PlanJob) -> PlanRow | None:
+    """The best prediction at ``n`` GPUs over the measured configurations ``best`` (each keeps its
+    per-device batch; only those whose global batch at ``n`` GPUs the job keeps)."""
     nodes = max(1, math.ceil(n / rows.gpus_per_node))
-    found: tuple[Prediction, PlanRow] | None = None
+    found: tuple[Prediction, PlanRow, TrialConfig] | None = None
     for row in best:
+        config = row.config.replace(
+            number_gpus=n, number_nodes=nodes, batch_size=row.config.per_device_batch_size * n
+        )
+        if not job.keeps(config):
+            continue
         point = _point(row, strategy_of(row.config))
         prediction = rows.fit.predict(
             family=point.family, strategy=point.strategy, number_gpus=n, number_nodes=nodes
         )
         if prediction is not None and (found is None or prediction.per_gpu > found[0].per_gpu):
-            found = (prediction, row)
+            found = (prediction, row, config)
     if found is None:
         return None
-    prediction, row = found
+    prediction, row, config = found
     return PlanRow(
         study=rows.study,
         gpu_model=row.gpu_model,
-        config=row.config.replace(
-            number_gpus=n, number_nodes=nodes, batch_size=row.config.per_device_batch_size * n
-        ),
+        config=config,
         per_gpu=prediction.per_gpu,
         low=prediction.low,
         high=prediction.high,
@@ -215,10 +219,11 @@ def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int) -> PlanRow | 
 
 def candidates(rows: StudyRows, job: PlanJob) -> list[PlanRow]:
     """The best row per GPU model and GPU count: measured up to the largest measured count,
-    extrapolated beyond it up to ``job.max_gpus``."""
+    extrapolated beyond it up to ``job.max_gpus``; only configurations with the job's global
+    batch, when it has one."""
     best: dict[tuple[str, int], PlanRow] = {}
     for row in rows.measured:
-        if job.max_gpus is None or row.number_gpus <= job.max_gpus:
+        if (job.max_gpus is None or row.number_gpus <= job.max_gpus) and job.keeps(row.config):
             best.setdefault((row.gpu_model, row.number_gpus), row)
     out = list(best.values())
     for model in sorted({r.gpu_model for r in rows.measured}):
@@ -230,7 +235,7 @@ def candidates(rows: StudyRows, job: PlanJob) -> list[PlanRow]:
             if r.number_gpus > 1:  # a single-GPU run has no strategy to scale out with
                 tops[(strategy_of(r.config), family_of(r.config))] = r
         for n in gpu_counts_beyond(largest, job.max_gpus or largest, rows.gpus_per_node):
-            extra = _extrapolate(rows, tops.values(), n)
+            extra = _extrapolate(rows, tops.values(), n, job)
             if extra is not None:
                 out.append(extra)
     return out

@@ -630,6 +630,10 @@ class BudgetSpec(_Spec):
     max_gpus: PositiveInt | None = None
     """Most GPUs the real run may hold; beyond the largest measured count, ``explorer plan``
     extrapolates with its scaling fit (marked as such). ``None``: the largest measured count."""
+    global_batch: PositiveInt | None = None
+    """Samples per optimizer step that the real run's recipe fixes (the batch over all GPUs times
+    gradient accumulation): ``explorer plan`` plans only configurations that keep it.
+    ``None``: any (an extrapolated row keeps the per-device batch, so its global batch grows)."""
 
     @property
     def total_tokens(self) -> float:
