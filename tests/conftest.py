@@ -4,6 +4,7 @@ files and a real PostgreSQL server (``tests/_postgres.py``)."""
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,17 @@ SLOW_FOR_TIME = frozenset(
     }
 )
 """Default-suite tests run only with the slow ones (``make test-slow``; CI runs both)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Start from the SIGINT a terminal gives a foreground run.
+
+    A suite started in the background by a non-interactive shell (``make test &`` in a script)
+    inherits SIGINT ignored. Python then installs no KeyboardInterrupt handler, in pytest and in
+    every explorer process the signal tests start and interrupt (an ignored signal stays ignored
+    across exec, which explorer honours on purpose: ``tests/test_signals.py``)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by marker
