@@ -299,6 +299,9 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from explorer.errors import library_log_lines
+
+    library_log_lines()
     try:
         if args.command == "optimize":
             return _optimize(args)

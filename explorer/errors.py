@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import logging
 import sys
 import traceback
 from collections.abc import Iterable, Iterator
 
-__all__ = ["SpecError", "crash_text", "did_you_mean"]
+__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines"]
 
 _STORAGE_MODULES = ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "sqlite3")
 """Packages whose exceptions mean the storage failed (its driver, or SQLAlchemy above it)."""
@@ -81,3 +82,39 @@ def crash_text(exc: BaseException) -> str:
             "run the command again when it answers)\n"
         )
     return redact_opened("".join(traceback.format_exception(exc)))
+
+
+_LOGGED = (*_STORAGE_MODULES, "optuna")
+"""Libraries whose log records :func:`library_log_lines` prints: the storage's, and Optuna (which
+logs a storage error with its SQL and parameters when it falls back to a slower query)."""
+
+
+class _OneLine(logging.Handler):
+    """A library's log record as one masked line on stderr, without its traceback."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from explorer.secrets import redact_opened
+
+        said = record.getMessage().strip().splitlines()[:1]
+        if record.exc_info and record.exc_info[1] is not None:
+            said += str(record.exc_info[1]).strip().splitlines()[:1]
+        text = ": ".join(line for line in said if line)
+        try:
+            sys.stderr.write(redact_opened(f"explorer: {record.name}: {text}") + "\n")
+        except (OSError, ValueError):  # stderr closed (a hung-up terminal): nothing to tell
+            self.handleError(record)
+
+
+def library_log_lines() -> None:
+    """Print what Optuna, SQLAlchemy and the database drivers log as one masked line each (the
+    message and its error's first line): not Optuna's handler writing the SQL and its parameters,
+    nor Python's last-resort handler writing SQLAlchemy's pool traceback when a connection it
+    hands back has died."""
+    import optuna.logging
+
+    optuna.logging.disable_default_handler()  # else Optuna adds it back when first imported
+    for name in _LOGGED:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _OneLine) for h in logger.handlers):
+            logger.addHandler(_OneLine(logging.WARNING))
+            logger.propagate = False

@@ -481,9 +481,13 @@ def test_a_storage_lost_mid_run_is_one_line_without_the_password_and_keeps_its_t
         postgres_server._admin(f"ALTER ROLE {role} LOGIN")
     kept = complete()
     assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-2000:]
-    assert failed.stderr.count("\n") == 1, failed.stderr
-    line = failed.stderr.strip()
+    # the error, last; before it, perhaps what the driver logged as the connection died (one
+    # line each, from library_log_lines)
+    *logged, line = failed.stderr.strip().splitlines()
     assert line.startswith("explorer: error: the storage failed: ") and "run the command again" in line
+    assert all(
+        log.startswith(("explorer: optuna", "explorer: sqlalchemy", "explorer: psycopg")) for log in logged
+    ), failed.stderr
     assert 2 <= kept < 8
     resumed = _bash(f'explorer optimize {path} --storage "$EXPLORER_TEST_STORAGE"', env)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
@@ -520,3 +524,28 @@ def test_a_crash_prints_its_traceback_with_the_opened_storages_secrets_masked(mo
         lost = crash_text(exc)
     assert lost.count("\n") == 1 and lost.startswith("explorer: error: the storage failed: (")
     assert "server at postgresql+psycopg://zq:***@db.example/o closed" in lost and not _leaks(lost)
+
+
+def test_what_the_storage_drivers_log_is_one_masked_line_each(capsys):
+    """SQLAlchemy's pool logs a traceback when a connection it hands back has died: the CLI's
+    handler prints it as one masked line (the message and the error's first line)."""
+    import logging
+
+    from explorer.errors import library_log_lines
+    from explorer.secrets import remember_opened
+
+    url = f"postgresql+psycopg://zq:{ENCODED}@db.example/o"
+    remember_opened(url)
+    library_log_lines()
+    library_log_lines()  # twice: still one handler
+    try:
+        raise ConnectionError(f"server at {url} went away\ndetails")
+    except ConnectionError:
+        logging.getLogger("sqlalchemy.pool.impl.QueuePool").error(
+            "Exception during reset or similar", exc_info=True
+        )
+    err = capsys.readouterr().err
+    assert err == (
+        "explorer: sqlalchemy.pool.impl.QueuePool: Exception during reset or similar: "
+        "server at postgresql+psycopg://zq:***@db.example/o went away\n"
+    )
