@@ -1,4 +1,6 @@
-"""Errors that explorer reports to users as one line."""
+"""What explorer tells users when something goes wrong: a bad input as one line
+(:class:`SpecError`), a crash with no secret in it (:func:`crash_text`), and a library's log
+record as one masked line (:func:`library_log_lines`)."""
 
 from __future__ import annotations
 
