@@ -109,3 +109,18 @@ def test_a_study_file_without_a_budget_gets_the_hint(replayed: list[Path], tmp_p
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count(HINT) == 1
     assert not (tmp_path / "r" / FILE).exists() and 'id="time_cost"' not in page
+
+
+def test_a_budget_whose_global_batch_was_never_measured_gets_a_line_not_a_figure(
+    replayed: list[Path], tmp_path: Path
+) -> None:
+    spec = yaml.safe_load(replayed[0].read_text())
+    spec["budget"]["global_batch"] = 24  # measured: 8, 16, 32, 64
+    odd = replayed[0].with_name("odd-batch.yaml")  # same name, storage and folder: the same study
+    odd.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["report", str(odd), "--out", str(tmp_path / "r")]) == 0
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert (
+        "No time and cost figure: no feasible configuration with budget.global_batch 24 was measured." in page
+    )
+    assert not (tmp_path / "r" / FILE).exists() and 'id="time_cost"' not in page

@@ -210,5 +210,9 @@ def time_and_cost(loaded: LoadedStudy, study: optuna.Study, folder: Path) -> Rep
     if loaded.spec.budget is None:
         return HINT
     job = plan_job([loaded.spec], file=str(loaded.file))
-    path, series = draw_time_and_cost(candidates(study_rows(loaded, study), job), job, folder / FILE)
+    rows = candidates(study_rows(loaded, study), job)
+    if not rows:
+        kept = f" with budget.global_batch {job.global_batch}" if job.global_batch else ""
+        return f"No time and cost figure: no feasible configuration{kept} was measured."
+    path, series = draw_time_and_cost(rows, job, folder / FILE)
     return ReportFigure(path, TITLE, _caption(job, series))
