@@ -249,3 +249,18 @@ def test_the_example_study_validates():
 
     study = Path(__file__).resolve().parents[1] / "studies" / "quickstart-two-models.yaml"
     assert main(["validate", str(study)]) in (0, None)
+
+
+def test_the_dashboard_notes_name_every_gpu_model():
+    """The study's user attrs (and the dashboard note made of them) list each declared GPU model
+    with its GPUs, not only the default one."""
+    from explorer.study._notes import study_attrs, study_note
+
+    root = Path(__file__).resolve().parents[1]
+    loaded = load_study(root / "studies" / "quickstart-two-models.yaml", check_model=False)
+    models = loaded.spec.resources.gpu_models
+    assert models and len(models) == 2
+    shown = ", ".join(f"{m}: {n} GPUs" for m, n in models.items())
+    assert study_attrs(loaded)["gpu_model"] == shown
+    assert f"- **gpu_model**: {shown}" in study_note(loaded)
+    assert "by dataset tokens per second per gpu (maximized)" in study_note(loaded)

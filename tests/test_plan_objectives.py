@@ -56,6 +56,7 @@ def test_each_objective_is_computed_from_the_trials_measurements(
     study, ok = _ok(path)
     assert [d.name for d in study.directions] == [direction]
     assert study.metric_names == [objective]
+    assert study.user_attrs["objectives"] == f"{objective} ({direction.lower()})"  # the dashboard's note
     assert len(ok) >= 8
     for t in ok:
         assert t.values[0] == pytest.approx(value(t.user_attrs), rel=1e-9)  # type: ignore[operator]

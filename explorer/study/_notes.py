@@ -24,7 +24,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from explorer.study._attrs import answered_without_running, infeasibility, status_of
-from explorer.study._objectives import OBJECTIVE, SECOND_OBJECTIVES
+from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES
 from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ def study_attrs(loaded: LoadedStudy) -> dict[str, Any]:
     launcher: str = spec.launcher.kind
     if launcher == "replay" and loaded.replay_table is not None:
         launcher += f" of {loaded.replay_table.path}"
-    objectives = f"{OBJECTIVE} (maximize)"
+    objectives = f"{spec.objective} ({OBJECTIVES[spec.objective]})"
     if second := spec.second_objective:
         objectives += f", {second} ({SECOND_OBJECTIVES[second]})"
     return {
@@ -170,7 +170,9 @@ def study_attrs(loaded: LoadedStudy) -> dict[str, Any]:
         "dataset": _dataset(loaded),
         "model_max_length": w.model_max_length,
         "torch_dtype": w.torch_dtype,
-        "gpu_model": r.gpu_model,
+        "gpu_model": ", ".join(f"{m}: {n} GPUs" for m, n in r.gpu_models.items())
+        if r.gpu_models
+        else r.gpu_model,
         "device": r.device,
         "device_memory_gib": r.device_memory_gib
         if r.device_memory_gib is not None
@@ -187,7 +189,7 @@ def study_note(loaded: LoadedStudy) -> str:
     facts = "\n".join(f"- **{k}**: {v}" for k, v in attrs.items())
     return f"""## {loaded.spec.name}
 
-The fastest configuration (dataset tokens per second per GPU) for this job, searched by explorer.
+The best configuration for this job by {loaded.spec.objective.replace("_", " ")} ({OBJECTIVES[loaded.spec.objective]}d), searched by explorer.
 
 {facts}
 
