@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Iterator
 
-__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines"]
+__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines", "storage_error"]
 
 _STORAGE_MODULES = ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "sqlite3")
 """Packages whose exceptions mean the storage failed (its driver, or SQLAlchemy above it)."""
@@ -53,7 +53,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         at = at.__cause__ or at.__context__
 
 
-def _storage_error(exc: BaseException) -> BaseException | None:
+def storage_error(exc: BaseException) -> BaseException | None:
     """The storage's own exception in ``exc``'s chain (Optuna wraps a driver's error in
     ``StorageInternalError``), or ``None`` when the storage is not what failed."""
     optuna_exceptions = sys.modules.get("optuna.exceptions")
@@ -75,7 +75,7 @@ def crash_text(exc: BaseException) -> str:
     """
     from explorer.secrets import redact_opened
 
-    failed = _storage_error(exc)
+    failed = storage_error(exc)
     if failed is not None:
         said = str(failed).strip().splitlines()
         first = said[0] if said else type(failed).__name__

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.errors import SpecError
+from explorer.errors import SpecError, storage_error
 
 if TYPE_CHECKING:
     import optuna
@@ -88,9 +88,7 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
         except KeyError:  # optuna: "Record does not exist."
             raise missing from None
         except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
-            # Optuna wraps a driver's error (a refused password, say) in StorageInternalError
-            cause = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else exc
-            text = str(cause or exc)
+            text = str(storage_error(exc) or exc)  # the driver's error (a refused password, say)
             if any(m in text for m in _BUSY) and attempt < RETRIES - 1:
                 time.sleep(0.2 * (attempt + 1))
                 continue
