@@ -17,7 +17,6 @@ from explorer.worker._memory import is_oom
     "exc",
     [
         torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
-        RuntimeError("CUDA error: an illegal memory access was encountered"),
         RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory"),
         MemoryError(),
     ],
@@ -27,7 +26,13 @@ def test_oom_errors(exc):
 
 
 @pytest.mark.parametrize(
-    "exc", [RuntimeError("NCCL error: unhandled system error"), ValueError("bad optim"), KeyError("x")]
+    "exc",
+    [
+        RuntimeError("NCCL error: unhandled system error"),
+        RuntimeError("CUDA error: an illegal memory access was encountered"),
+        ValueError("bad optim"),
+        KeyError("x"),
+    ],
 )
 def test_other_errors_are_not_oom(exc):
     assert not is_oom(exc)
@@ -52,7 +57,7 @@ def test_timeout_and_silent_crash_are_failed(tmp_path):
 
 
 def test_crash_whose_log_says_oom_is_oom(tmp_path):
-    tail = "RuntimeError: CUDA error: an illegal memory access was encountered\nAborted"
+    tail = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nAborted"
     assert mentions_oom(tail)
     m = collect(tmp_path, returncode=-6, timed_out=None, wall_seconds=1.0, log_tail=tail)
     assert m.outcome is Outcome.OOM

@@ -25,7 +25,7 @@ from explorer.launch._command import (
     zygote_environment,
 )
 from explorer.measurement import Measurement, Outcome
-from explorer.oom import mentions_oom
+from explorer.oom import last_error_line, mentions_oom
 
 __all__ = ["RANK_RECORD_GLOB", "collect", "rank_records", "run_trial"]
 
@@ -252,4 +252,9 @@ def collect(
     if mentions_oom(log_tail):
         return done(Outcome.OOM, "out of memory (from the process output)")
     how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-    return done(Outcome.FAILED, f"training processes ended with {how} and reported nothing")
+    said = last_error_line(log_tail)
+    return done(
+        Outcome.FAILED,
+        f"training processes ended with {how} and reported nothing"
+        + (f"; the log says: {said}" if said else ""),
+    )

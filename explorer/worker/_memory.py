@@ -9,16 +9,14 @@ import resource
 
 import torch
 
-from explorer.oom import mentions_oom
+from explorer.oom import is_oom_error
 
 __all__ = ["MemoryCap", "is_oom", "peak_memory_bytes"]
 
 
 def is_oom(exc: BaseException) -> bool:
-    """Whether ``exc`` means the configuration does not fit in device memory."""
-    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
-        return True
-    return mentions_oom(str(exc))
+    """Whether ``exc`` means the configuration does not fit in memory (:mod:`explorer.oom`)."""
+    return is_oom_error(exc)
 
 
 def _vm_size() -> int:

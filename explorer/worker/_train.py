@@ -24,6 +24,7 @@ from explorer.flops import FlopModel, peak_flops_for
 from explorer.job import TrialJob
 from explorer.knobs import run_options
 from explorer.measurement import Measurement, Outcome, Properties
+from explorer.oom import failure_line
 from explorer.trial_config import TrialConfig
 from explorer.worker._compile import compile_plan, compile_record, trained_model
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
@@ -538,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         measurement = run_rank(job, out)
     except BaseException as exc:  # classify every failure of this rank, then exit non-zero
         outcome = Outcome.OOM if is_oom(exc) else Outcome.FAILED
-        text = f"{type(exc).__name__}: {exc}".strip()
+        text = failure_line(exc)  # CUDA's messages go on with advice about CUDA_LAUNCH_BLOCKING
         PHASES.mark("failed")
         _write(
             out / f"error-rank{rank}.json",
