@@ -21,9 +21,14 @@ from dataclasses import dataclass
 
 __all__ = ["PEAK_BF16_TFLOPS", "FlopModel", "peak_flops_for"]
 
-# Dense bf16 tensor-core peaks, TFLOP/s, from the vendors' data sheets (no sparsity).
+# Dense bf16 tensor-core peaks, TFLOP/s, from the vendors' data sheets (no sparsity: half the
+# sheets' "with sparsity" figures). The longest key contained in the device's name wins, so a
+# variant ("H100 NVL": 1,671 sparse, 835 dense, on NVIDIA's H100 sheet) needs its own key before the
+# family's ("H100": the SXM part's 1,979 sparse).
 PEAK_BF16_TFLOPS: dict[str, float] = {
+    "H200-NVL": 835.0,
     "H200": 989.0,
+    "H100-NVL": 835.0,
     "H100-SXM": 989.0,
     "H100-80GB-HBM3": 989.0,
     "H100-PCIE": 756.0,

@@ -118,6 +118,12 @@ class TrialConfig:
         """Whether parameters are wrapped by FSDP."""
         return bool(self.distributed_backend == "FSDP")
 
+    @property
+    def process_group(self) -> bool:
+        """Whether the trial's processes form a torch.distributed process group: more than one
+        process, or FSDP on one (accelerate wraps a model in FSDP only inside a group)."""
+        return int(self.number_gpus) > 1 or int(self.number_nodes) > 1 or self.sharded
+
     def replace(self, **changes: Any) -> TrialConfig:
         """This configuration with ``changes``."""
         return TrialConfig(**{**self._values, **changes})

@@ -66,6 +66,9 @@ def test_checkpointing_costs_hardware_flops_not_model_flops():
 def test_peak_table():
     assert peak_flops_for("NVIDIA-H100-80GB-HBM3") == 989e12
     assert peak_flops_for("NVIDIA H100 PCIe") == 756e12
+    assert peak_flops_for("NVIDIA H100 NVL") == 835e12  # not the SXM part's 989
+    assert peak_flops_for("NVIDIA H200 NVL") == 835e12
+    assert peak_flops_for("NVIDIA H200") == 989e12
     assert peak_flops_for("NVIDIA-A100-SXM4-80GB") == 312e12
     assert peak_flops_for("NVIDIA L40S") == 362e12
     assert peak_flops_for("CPU-logical") is None

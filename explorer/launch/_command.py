@@ -79,9 +79,15 @@ def zygote_environment(*, cpu_count: int, base: dict[str, str] | None = None) ->
     return _environment(cpu_count, base)
 
 
-def rank_environments(env: dict[str, str], *, world_size: int, port: int) -> list[dict[str, str]]:
-    """What torchrun gives each rank of a one-node job (rank 0 hosts the rendezvous store)."""
-    if world_size == 1:
+def rank_environments(
+    env: dict[str, str], *, world_size: int, port: int, process_group: bool = True
+) -> list[dict[str, str]]:
+    """What torchrun gives each rank of a one-node job (rank 0 hosts the rendezvous store).
+
+    One process without ``process_group`` gets none of it (a plain 1-GPU trial); one process with
+    it (FSDP on one GPU: :attr:`TrialConfig.process_group`) gets a world of size 1.
+    """
+    if world_size == 1 and not process_group:
         return [dict(env)]
     common = dict(
         WORLD_SIZE=str(world_size),
@@ -126,6 +132,10 @@ def trial_command(
 ) -> list[str]:
     """``python -m explorer.worker`` for one GPU, else under torchrun or accelerate launch.
 
+    A trial of one process in a process group (FSDP on one GPU: accelerate wraps a model in FSDP
+    only when torchrun's variables say there is a group) runs under torchrun with one process:
+    ``accelerate launch`` refuses ``--multi_gpu`` with fewer than 2.
+
     Without ``rendezvous`` the trial runs on this node alone (its store on 127.0.0.1:``port``);
     with one, this node starts its ``number_gpus / number_nodes`` processes as node
     ``rendezvous.node_rank`` of the trial.
@@ -140,13 +150,13 @@ def trial_command(
         raise ValueError(f"a trial on {nodes} nodes needs a rendezvous")
     if rendezvous is not None and rendezvous.nnodes != nodes:
         raise ValueError(f"a rendezvous of {rendezvous.nnodes} nodes for a trial on {nodes}")
-    if n == 1 and nodes == 1:
+    if n == 1 and nodes == 1 and not job.config.process_group:
         return [sys.executable, *worker]
     addr, master_port = (
         (rendezvous.master_addr, rendezvous.master_port) if rendezvous else ("127.0.0.1", port)
     )
     node_rank = rendezvous.node_rank if rendezvous else 0
-    if runner == "accelerate":
+    if runner == "accelerate" and n > 1:
         return [
             sys.executable,
             "-m",

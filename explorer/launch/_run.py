@@ -162,7 +162,9 @@ def _run_warm(
     argv = worker_argv(job, out_dir=str(work_dir))
     ranks = []
     try:
-        for rank_env in rank_environments(env, world_size=job.config.number_gpus, port=free_port()):
+        for rank_env in rank_environments(
+            env, world_size=job.config.number_gpus, port=free_port(), process_group=job.config.process_group
+        ):
             ranks.append(spawn_rank(sock, argv=argv, env=rank_env, cwd=work_dir, log=log_path))
         return wait_ranks(ranks, timeout_s=timeout_s)
     finally:

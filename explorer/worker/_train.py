@@ -31,7 +31,14 @@ from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
 from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
 
-__all__ = ["main", "run_rank", "training_arguments", "training_kwargs"]
+__all__ = [
+    "main",
+    "process_group_backend",
+    "process_group_record",
+    "run_rank",
+    "training_arguments",
+    "training_kwargs",
+]
 
 GIB = 2**30
 
@@ -91,16 +98,14 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     c: TrialConfig = job.config
     kwargs: dict[str, Any] = {}
     cuda = device_type == "cuda"
-    distributed = c.number_gpus > 1
     if cuda:
         # mixed precision autocasts float32 weights; pure bf16 weights need no autocast
         mixed = c.precision == "mixed"
         kwargs["bf16"] = mixed and job.workload.torch_dtype == "bfloat16"
         kwargs["fp16"] = mixed and job.workload.torch_dtype == "float16"
-        kwargs["ddp_backend"] = "nccl" if distributed else None
     else:
         kwargs["use_cpu"] = True
-        kwargs["ddp_backend"] = "gloo" if distributed else None
+    kwargs["ddp_backend"] = process_group_backend(c, device_type=device_type)
     if c.distributed_backend == "DDP":
         # every parameter that requires a gradient gets one each step (LoRA's frozen base needs
         # none): DDP's search for unused parameters only costs time, and warned in every log
@@ -151,6 +156,31 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     )
     out.update(job.workload.training_arguments)  # the study's own (never a field explorer decides)
     return {**out, **run_options(c, "training_args"), **kwargs}
+
+
+def process_group_backend(c: TrialConfig, *, device_type: str) -> str | None:
+    """The backends of the trial's process group (``None``: no group, one plain process).
+
+    FSDP's CPU offload keeps gradients on the host, so its gradient clipping all-reduces a CPU
+    tensor: an NCCL-only group fails there ("No backend type associated with device type cpu",
+    pytorch#148532). accelerate adds ``cpu:gloo`` only when ``ACCELERATE_USE_FSDP`` and
+    ``FSDP_OFFLOAD_PARAMS`` are in the environment; transformers passes offload as a plugin
+    argument instead, so the worker names both backends itself.
+    """
+    if not c.process_group:
+        return None
+    if device_type != "cuda":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if c.sharded and c.fsdp_cpu_offload else "nccl"
+
+
+def process_group_record() -> dict[str, Any]:
+    """The process group this rank really trained in: its backends per device type and size."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"backends": "none", "world_size": 1}
+    return {"backends": dist.get_backend_config(), "world_size": dist.get_world_size()}
 
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
@@ -209,6 +239,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         if log.ends:
             PHASES.at("first_step", log.ends[0])
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
+        extra.update(_group_record(trainer))
         if plan is not None:
             extra["compile"] = compile_record(trainer, log.compiles, plan)
         if job.workload.training_arguments:  # as the Trainer really holds them
@@ -300,6 +331,33 @@ def _extra(trainer: Any, model: Any, parameters: tuple[int, int], fingerprint: A
     if fingerprint is not None:
         extra["fingerprint"] = fingerprint
     return extra
+
+
+def _group_record(trainer: Any) -> dict[str, Any]:
+    """What really ran across processes: the process group's backends, whether FSDP wrapped the
+    model, and the dtype its gradients are reduced in (FSDP's mixed precision reduces in bf16
+    where DDP reduces the float32 master gradients)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    wrapped = trained_model(trainer)
+    fsdp2 = next((m for m in (wrapped, trainer.model) if isinstance(m, FSDPModule)), None)
+    fsdp1 = getattr(wrapped, "mixed_precision", None) if hasattr(wrapped, "sharding_strategy") else None
+    weights = next(trainer.model.parameters()).dtype
+    if fsdp2 is not None:
+        policy = fsdp2._get_fsdp_state()._mp_policy
+        reduce = policy.reduce_dtype or policy.param_dtype or weights
+    elif fsdp1 is not None:
+        reduce = fsdp1.reduce_dtype or fsdp1.param_dtype or weights
+    else:  # DDP all-reduces the gradients as they are: in the weights' dtype
+        reduce = weights
+    group = process_group_record()
+    return {
+        "process_group": group,
+        "fsdp_wrapped": fsdp2 is not None or hasattr(wrapped, "sharding_strategy"),
+        "gradient_reduce_dtype": str(reduce).removeprefix("torch.")
+        if group["backends"] != "none"
+        else "none",
+    }
 
 
 def _checkpointing_active(trainer: Any) -> bool:
