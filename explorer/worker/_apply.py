@@ -51,8 +51,19 @@ def model_dtype(config: TrialConfig) -> torch.dtype:
 def apply_liger(model: Any, config: TrialConfig) -> dict[str, Any]:
     """Patch Liger Kernel's fused kernels into ``model`` (in place) when the knob asks for them.
 
-    Returns what happened: ``{"liger": "off"}``, or the model type and the modules whose class
-    or forward Liger replaced (``patched``: their count; 0 says nothing changed, and why).
+    Liger's function for the model type runs with its own defaults; what it really changed is
+    read back, by name (``{"liger": "off"}`` when the knob is off):
+
+    * ``loss``: ``fused_linear_cross_entropy`` (the model's forward replaced: the logits are never
+      built), ``cross_entropy`` (torch's cross entropy replaced: the logits are still built; Liger's
+      granite patch can do no better, as granite scales its logits) or ``none``;
+    * ``rope``: the modeling module's rotary function replaced;
+    * ``modules``: the model's modules whose forward Liger replaced, counted by class
+      (``LlamaRMSNorm``, ``LlamaMLP``, ...); ``patched``: their total;
+    * ``classes``: the modeling module's classes replaced (they reach models built later).
+
+    Raises:
+        RuntimeError: a model type Liger does not know, or one of which Liger patched nothing.
     """
     if not config.liger_kernel:
         return {"liger": "off"}
@@ -67,17 +78,52 @@ def apply_liger(model: Any, config: TrialConfig) -> dict[str, Any]:
         raise RuntimeError(
             f"liger_kernel: the installed liger_kernel does not support model_type {model_type!r}"
         )
-    before = _forwards(base)
+    before = _liger_targets(base)
     _apply_liger_kernel_to_instance(model=base)
-    patched = sum(1 for name, forward in _forwards(base).items() if forward is not before.get(name))
-    if patched == 0:
+    report = _liger_report(before, _liger_targets(base))
+    if report["patched"] == 0 and report["loss"] == "none" and not report["rope"]:
         raise RuntimeError(f"liger_kernel: Liger patched no module of this {model_type} model")
-    return {"liger": {"model_type": model_type, "patched": patched}}
+    return {"liger": {"model_type": model_type, **report}}
 
 
-def _forwards(model: Any) -> dict[str, Any]:
-    """Each module's forward as the module would call it (an instance override or its class's)."""
-    return {name: m.__dict__.get("forward", type(m).forward) for name, m in model.named_modules()}
+def _liger_targets(model: Any) -> dict[str, Any]:
+    """What Liger may replace: torch's cross entropy, the model's forward, the modeling module's
+    functions and classes, and each module's forward (by name, with its class)."""
+    import sys
+
+    modeling = sys.modules[type(model).__module__]
+    return {
+        "cross_entropy": torch.nn.functional.cross_entropy,
+        "forward": model.__dict__.get("forward", type(model).forward),
+        "module": dict(vars(modeling)),
+        "forwards": {
+            name: (type(m).__name__, m.__dict__.get("forward", type(m).forward))
+            for name, m in model.named_modules()
+            if name
+        },
+    }
+
+
+def _liger_report(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The patches, by name, between two :func:`_liger_targets` readings."""
+    if after["forward"] is not before["forward"]:
+        loss = "fused_linear_cross_entropy"
+    elif after["cross_entropy"] is not before["cross_entropy"]:
+        loss = "cross_entropy"
+    else:
+        loss = "none"
+    changed = [k for k, v in after["module"].items() if before["module"].get(k) is not v]
+    modules: dict[str, int] = {}
+    for name, (cls, forward) in after["forwards"].items():
+        if forward is not before["forwards"].get(name, (cls, forward))[1]:
+            modules[cls] = modules.get(cls, 0) + 1
+    return {
+        "loss": loss,
+        "rope": any("rotary" in k for k in changed),
+        "modules": dict(sorted(modules.items())),
+        "patched": sum(modules.values()),
+        "classes": sorted(k for k in changed if isinstance(after["module"][k], type)),
+    }
 
 
 def checkpointed_layers(n_layers: int, fraction: float) -> list[int]:
