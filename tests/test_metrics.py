@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from types import SimpleNamespace
 
-from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
+import pytest
+
+from explorer.worker._metrics import (
+    SystemSampler,
+    cuda_device_uuids,
+    fingerprint,
+    load_nvml,
+    nvml_uuid,
+    trial_pids,
+)
 
 
 def test_cpu_metrics_from_psutil_and_zero_gpu_metrics_without_gpu():
@@ -30,21 +41,31 @@ def test_cpu_metrics_from_psutil_and_zero_gpu_metrics_without_gpu():
 class FakeNVML:
     """FAKE NVML: the one allowed fake, standing in for nvidia-ml-py on a machine with no GPU.
 
-    Three devices; each reading of device i returns the next value of its scripted series.
+    Three devices, known by UUID. NVML's index order (the PCI bus) is not CUDA's, so selecting by
+    index is an error here. Each reading of device i returns the next value of its scripted
+    series; each device runs one process of the trial (``ours``) beside another tenant's.
     """
 
-    def __init__(self):
+    UUIDS = (
+        "GPU-5a1e0000-0000-0000-0000-00000000000a",
+        "GPU-5a1e0000-0000-0000-0000-00000000000b",
+        "GPU-5a1e0000-0000-0000-0000-00000000000c",
+    )
+
+    def __init__(self, ours: int = 0, used_by_ours: int | None = 4 * 2**30):
         self.util = {0: [10, 20, 30], 1: [50, 60, 70], 2: [99, 99, 99]}
         self.calls = {0: 0, 1: 0, 2: 0}
+        self.ours = ours
+        self.used_by_ours = used_by_ours
 
     def nvmlDeviceGetCount(self):
         return 3
 
     def nvmlDeviceGetHandleByIndex(self, i):
-        return i
+        raise AssertionError("a device selected by index (NVML's order is not CUDA's)")
 
     def nvmlDeviceGetHandleByUUID(self, uuid):
-        return int(uuid.rsplit("-", 1)[1])
+        return self.UUIDS.index(uuid)
 
     def nvmlDeviceGetUtilizationRates(self, h):
         k = self.calls[h]
@@ -54,6 +75,10 @@ class FakeNVML:
 
     def nvmlDeviceGetMemoryInfo(self, h):
         return SimpleNamespace(used=(h + 1) * 10 * 2**30, total=80 * 2**30)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        other = SimpleNamespace(pid=999_999, usedGpuMemory=(h + 1) * 10 * 2**30 - 2**30)
+        return [other, SimpleNamespace(pid=self.ours + h, usedGpuMemory=self.used_by_ours)]
 
     def nvmlDeviceGetPowerUsage(self, h):
         return 350_000  # mW
@@ -65,30 +90,51 @@ class FakeNVML:
         return b"580.00"
 
 
-def test_nvml_path_with_fake_nvml_restricted_to_visible_devices(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")  # device 2 belongs to another trial
-    nvml = FakeNVML()
-    sampler = SystemSampler(nvml=nvml)
+def test_nvml_devices_selected_by_uuid_and_memory_of_the_trial():
+    """The trial's GPUs are devices a and b (c belongs to another trial), as torch names them."""
+    nvml = FakeNVML(ours=4000)
+    bare = [u.removeprefix("GPU-") for u in FakeNVML.UUIDS[:2]]  # torch's spelling
+    sampler = SystemSampler(nvml=nvml, devices=bare, pids=lambda: {4000, 4001})
     assert sampler.handles == [0, 1]
     sampler.samples = [(float(i), sampler.sample()) for i in range(3)]
     s = sampler.summary()
-    # per sample, the mean of the visible devices: (10+50)/2, (20+60)/2, (30+70)/2
+    # per sample, the mean of the trial's devices: (10+50)/2, (20+60)/2, (30+70)/2
     assert (
         s["gpu_compute_utilization_min"],
         s["gpu_compute_utilization_avg"],
         s["gpu_compute_utilization_max"],
-    ) == (
-        30.0,
-        40.0,
-        50.0,
-    )
+    ) == (30.0, 40.0, 50.0)
     assert s["gpu_memory_utilization_avg"] == 20.0
     assert s["gpu_power_watts_avg"] == 350.0 and s["gpu_power_percent_max"] == 50.0
-    assert s["gpu_memory_utilization_peak"] == 25.0  # device 1: 20 of 80 GiB
+    # the trial's own 4 GiB of 80, not the device's 20 GiB (the other tenant's 19 included)
+    assert s["gpu_memory_utilization_peak"] == 5.0
+    assert sampler.record() == {"devices": list(FakeNVML.UUIDS[:2]), "memory_counts": "trial processes"}
     assert s["cpu_compute_utilization"] >= 0.0
     assert fingerprint(nvml=nvml)["driver_version"] == "580.00"
 
 
-def test_nvml_uuids(monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaaa-2")
-    assert SystemSampler(nvml=FakeNVML()).handles == [2]
+@pytest.mark.parametrize(
+    "ours,held", [(123, 4 * 2**30), (4000, None)], ids=["other-pid-namespace", "not-available"]
+)
+def test_nvml_memory_of_the_whole_device_says_so(ours, held):
+    """NVML names none of the trial's processes (a container's PID namespace), or cannot say
+    what they hold: the device's whole use, and the record says it counts the other tenants."""
+    sampler = SystemSampler(
+        nvml=FakeNVML(ours=ours, used_by_ours=held), devices=[FakeNVML.UUIDS[1]], pids=lambda: {4000, 4001}
+    )
+    assert sampler.sample()["memory_used_percent_max"] == 25.0  # device b: 20 of 80 GiB
+    assert sampler.record()["memory_counts"] == "whole device (other processes included)"
+
+
+def test_the_trials_processes_come_from_the_rank_records(tmp_path):
+    (tmp_path / "rank-0.json").write_text(json.dumps({"rank": 0, "pid": 4000}))
+    (tmp_path / "rank-1.json").write_text(json.dumps({"rank": 1, "pid": 4001}))
+    (tmp_path / "rank-2.json").write_text("{")  # being written
+    assert trial_pids(tmp_path) == {4000, 4001, os.getpid()}
+
+
+def test_uuids_come_from_cuda_not_from_indices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")  # indices: never read as NVML's
+    assert cuda_device_uuids() == []  # no CUDA device in this process
+    assert SystemSampler(nvml=FakeNVML()).handles == []
+    assert nvml_uuid("5a1e") == "GPU-5a1e" and nvml_uuid("MIG-5a1e") == "MIG-5a1e"

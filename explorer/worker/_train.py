@@ -28,7 +28,7 @@ from explorer.oom import failure_line
 from explorer.trial_config import TrialConfig
 from explorer.worker._compile import compile_plan, compile_record, trained_model
 from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
-from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
+from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml, trial_pids
 from explorer.worker._stopping import Decision, relative_ci
 
 __all__ = [
@@ -225,7 +225,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         trainer.step_log = log
         rank0 = int(os.environ.get("RANK", "0")) == 0
         nvml = load_nvml() if rank0 else None
-        sampler = SystemSampler(nvml=nvml) if rank0 else None
+        sampler = SystemSampler(nvml=nvml, pids=lambda: trial_pids(out_dir)) if rank0 else None
         if sampler is not None:
             sampler.start()
         cap.enforce()
@@ -240,6 +240,8 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             PHASES.at("first_step", log.ends[0])
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
         extra.update(_group_record(trainer))
+        if sampler is not None and nvml is not None:
+            extra["nvml"] = sampler.record()  # the GPUs read, by UUID, and whose memory counted
         if plan is not None:
             extra["compile"] = compile_record(trainer, log.compiles, plan)
         if job.workload.training_arguments:  # as the Trainer really holds them
