@@ -51,4 +51,9 @@ def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
             "optim adafactor cannot run under FSDP2: transformers' Adafactor keeps its factored "
             "second moments as plain tensors, which FSDP2's sharded (DTensor) parameters refuse"
         )
+    if config.fsdp_version == 2 and config.optim == "adamw_bnb_8bit":
+        return (
+            "optim adamw_bnb_8bit cannot run under FSDP2: bitsandbytes' 8-bit AdamW steps on FSDP2's "
+            "sharded (DTensor) parameters end in an illegal memory access (bitsandbytes#1633, open)"
+        )
     return None
