@@ -78,6 +78,10 @@ def test_fsdp_on_one_process_really_wraps_and_says_so(config, start, wrapper, ma
     assert m.extra["process_group"]["world_size"] == 1
     assert "gloo" in m.extra["process_group"]["backends"]
     assert m.extra["gradient_reduce_dtype"] == "float32"  # no mixed precision on the CPU
+    optimizer = m.extra["optimizer"]
+    assert (optimizer["class"], optimizer["fused"]) == ("torch.optim.adamw.AdamW", False)
+    # Adam's two float32 states per weight (and a step count per tensor), the whole model on one rank
+    assert optimizer["state_bytes"] == pytest.approx(8 * m.extra["trainable_parameters"], rel=0.01)
 
 
 @pytest.mark.slow

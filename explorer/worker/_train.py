@@ -239,7 +239,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         if log.ends:
             PHASES.at("first_step", log.ends[0])
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
-        extra.update(_group_record(trainer))
+        extra.update(_group_record(trainer), optimizer=_optimizer_record(trainer))
         if sampler is not None and nvml is not None:
             extra["nvml"] = sampler.record()  # the GPUs read, by UUID, and whose memory counted
         if plan is not None:
@@ -359,6 +359,23 @@ def _group_record(trainer: Any) -> dict[str, Any]:
         "gradient_reduce_dtype": str(reduce).removeprefix("torch.")
         if group["backends"] != "none"
         else "none",
+    }
+
+
+def _optimizer_record(trainer: Any) -> dict[str, Any]:
+    """The optimizer as the Trainer built it (accelerate's wrapper removed): its class, whether
+    it runs the fused CUDA kernel, and the bytes of state this rank holds (Adam: 8 per weight in
+    float32; 8-bit states about 2; Adafactor's factored ones far fewer), so that a trial shows
+    which ``optim`` really stepped."""
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
+    groups = getattr(optimizer, "param_groups", None) or [{}]
+    tensors = [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
+    local = [t.to_local() if hasattr(t, "to_local") else t for t in tensors]  # FSDP2: this rank's shard
+    cls = type(optimizer)
+    return {
+        "class": f"{cls.__module__}.{cls.__name__}",
+        "fused": bool(groups[0].get("fused")),
+        "state_bytes": sum(t.numel() * t.element_size() for t in local),
     }
 
 
