@@ -366,7 +366,7 @@ def _optimizer_record(trainer: Any) -> dict[str, Any]:
     """The optimizer as the Trainer built it (accelerate's wrapper removed): its class, whether
     it runs the fused CUDA kernel, and the bytes of state this rank holds (Adam: 8 per weight in
     float32; 8-bit states about 2; Adafactor's factored ones far fewer), so that a trial shows
-    which ``optim`` really stepped."""
+    which optimizer really stepped."""
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)
     groups = getattr(optimizer, "param_groups", None) or [{}]
     tensors = [t for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor)]
