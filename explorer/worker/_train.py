@@ -26,9 +26,10 @@ from explorer.knobs import run_options
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.trial_config import TrialConfig
 from explorer.worker._compile import compile_plan, compile_record, trained_model
-from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
+from explorer.worker._memory import MemoryCap, is_oom, memory_figures, memory_limit_bytes, peak_memory_bytes
 from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
+from explorer.worker._worst_case import worst_case_step
 
 __all__ = ["main", "run_rank", "training_arguments", "training_kwargs"]
 
@@ -201,6 +202,8 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         PHASES.mark("trainer_ready")
         try:
             trainer.train()
+            # after the measured window, never timed: the peak of the longest batch the run can meet
+            worst = worst_case_step(trainer, job, vocab_size=config.vocab_size, baseline_rss=cap.baseline_rss)
         finally:
             cap.release()
             if sampler is not None:
@@ -208,6 +211,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         if log.ends:
             PHASES.at("first_step", log.ends[0])
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
+        extra["worst_case_step"] = worst
         if plan is not None:
             extra["compile"] = compile_record(trainer, log.compiles, plan)
         if job.workload.training_arguments:  # as the Trainer really holds them
@@ -222,10 +226,16 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             device,
             extra,
             baseline_rss=cap.baseline_rss,
+            limit=memory_limit_bytes(cap.cap_bytes, device, processes_here=_local_processes()),
             decision=clock.decision,
             flops=flops,
             system=system,
         )
+
+
+def _local_processes() -> int:
+    """The trial's processes on this node (torchrun's ``LOCAL_WORLD_SIZE``; 1 without it)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[str, Any]]:
@@ -388,6 +398,7 @@ def _aggregate(
     extra: dict[str, Any],
     *,
     baseline_rss: int,
+    limit: int,
     decision: Decision,
     flops: FlopModel,
     system: dict[str, float],
@@ -401,14 +412,8 @@ def _aggregate(
     begin = log.ends[w - 1] if w else log.start
     base = (log.dataset_tokens[w - 1], log.train_tokens[w - 1], log.samples[w - 1]) if w else (0, 0, 0)
     peak_reserved, peak_alloc = peak_memory_bytes(device, baseline_rss=baseline_rss)
-    counts = torch.tensor(
-        [
-            log.dataset_tokens[-1] - base[0],
-            log.train_tokens[-1] - base[1],
-            log.samples[-1] - base[2],
-        ],
-        dtype=torch.float64,
-    )
+    ends = (log.dataset_tokens[-1], log.train_tokens[-1], log.samples[-1])
+    counts = torch.tensor([e - b for e, b in zip(ends, base, strict=True)], dtype=torch.float64)
     peaks = torch.tensor([peak_reserved, peak_alloc], dtype=torch.float64)
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
@@ -416,8 +421,9 @@ def _aggregate(
         counts, peaks = counts.to(comm), peaks.to(comm)
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
         dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-        if dist.get_rank() != 0:
-            return None
+    memory = memory_figures(float(peaks[0]), float(peaks[1]), limit)  # over the limit: OOM, every rank
+    if distributed and dist.get_rank() != 0:
+        return None
     seconds = log.ends[-1] - begin
     measured_steps = steps - w
     durations = [b - a for a, b in zip([begin, *log.ends[w:-1]], log.ends[w:], strict=True)]
@@ -439,8 +445,6 @@ def _aggregate(
         train_runtime=log.ends[-1] - log.start,
         train_samples_per_second=samples / seconds,
         train_steps_per_second=measured_steps / seconds,
-        peak_memory_gib=float(peaks[0]) / GIB,
-        peak_memory_allocated_gib=float(peaks[1]) / GIB,
         measured_steps=measured_steps,
         warmup_steps=w,
         measured_seconds=seconds,
@@ -458,6 +462,7 @@ def _aggregate(
         measured_train_tokens=train_tokens,
         measured_samples=samples,
         device=device.type,
+        **memory,
     )
     extra = {**extra, "step_times": [round(d, 6) for d in durations]}
     return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
