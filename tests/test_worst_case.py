@@ -39,7 +39,9 @@ RARE_LONG = {
 
 @pytest.mark.parametrize("padding", ["longest", "packed"])
 def test_the_full_length_batch_is_what_the_collator_makes_of_full_entries(padding):
-    config = TrialConfig(batch_size=6, number_gpus=2, model_max_length=32, padding=padding)
+    config = TrialConfig(
+        batch_size=6, number_gpus=2, gradient_checkpointing=False, model_max_length=32, padding=padding
+    )
     batch = full_length_batch(config, vocab_size=100, collator=collator_for(padding))
     per_device = config.per_device_batch_size
     assert batch["input_ids"].numel() == per_device * 32  # every token a dataset token
@@ -48,13 +50,32 @@ def test_the_full_length_batch_is_what_the_collator_makes_of_full_entries(paddin
         assert batch["input_ids"].shape == (1, per_device * 32)
         assert int(batch["position_ids"].eq(0).sum()) == per_device
     else:
-        assert batch["input_ids"].shape == (per_device, 32) and int(batch["attention_mask"].sum()) == per_device * 32
+        assert (
+            batch["input_ids"].shape == (per_device, 32)
+            and int(batch["attention_mask"].sum()) == per_device * 32
+        )
 
 
 def test_only_shapes_that_vary_need_the_step():
-    assert varies_shape(TrialConfig(batch_size=4, number_gpus=1, padding="longest"))
-    assert varies_shape(TrialConfig(batch_size=4, number_gpus=1, padding="packed"))
-    assert not varies_shape(TrialConfig(batch_size=4, number_gpus=1, padding="max_length"))
+    assert varies_shape(
+        TrialConfig(
+            batch_size=4, number_gpus=1, gradient_checkpointing=False, model_max_length=8, padding="longest"
+        )
+    )
+    assert varies_shape(
+        TrialConfig(
+            batch_size=4, number_gpus=1, gradient_checkpointing=False, model_max_length=8, padding="packed"
+        )
+    )
+    assert not varies_shape(
+        TrialConfig(
+            batch_size=4,
+            number_gpus=1,
+            gradient_checkpointing=False,
+            model_max_length=8,
+            padding="max_length",
+        )
+    )
 
 
 def _run(job: TrialJob, tmp_path: Path, name: str, *, cap: float | None = None, worst_case: bool = True):
