@@ -163,6 +163,18 @@ def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
     return float(value) if isinstance(value, int | float) else float("nan")
 
 
+def _memory_text(trial: optuna.trial.FrozenTrial, cap_gib: float | None) -> str:
+    """``0.304 GiB of 0.500 (headroom 39.2%)``, as far as the trial stored it."""
+    from explorer.measurement import memory_headroom
+    from explorer.report import trial_memory
+
+    peak, limit = trial_memory(trial, cap_gib)
+    text = f"{peak:.3f} GiB" if peak is not None else "- GiB"
+    if peak is None or limit is None:
+        return text
+    return f"{text} of {limit:.3f} (headroom {100 * (memory_headroom(peak, limit) or 0.0):.1f}%)"
+
+
 def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -> list[str]:
     """What ``explorer best`` prints: the best trial's figures, the runners-up, paths, commands."""
     best = selection.best
@@ -172,7 +184,8 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
         f"best: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
         f"  {value:.1f} dataset tok/s/gpu, {_attr(best, 'dataset_tokens_per_second'):.1f} total "
         f"on {config.number_gpus} GPU(s); MFU {100 * _attr(best, 'mfu'):.2f}%; "
-        f"peak memory {_attr(best, 'peak_memory_gib'):.3f} GiB",
+        f"peak memory {_memory_text(best, loaded.spec.resources.device_memory_gib)}",
+        *(selection.memory.lines() if selection.memory is not None else []),
         f"within noise (at most {100 * selection.tolerance:.1f}% below the best: the larger of 2% and "
         f"its step-time CI over {int(_attr(best, 'measured_steps'))} steps):",
     ]
