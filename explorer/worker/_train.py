@@ -31,9 +31,23 @@ from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml
 from explorer.worker._stopping import Decision, relative_ci
 from explorer.worker._worst_case import worst_case_step
 
-__all__ = ["main", "run_rank", "training_arguments", "training_kwargs"]
+__all__ = ["BENCHMARK_ONLY", "main", "run_rank", "training_arguments", "training_kwargs"]
 
 GIB = 2**30
+BENCHMARK_ONLY: dict[str, Any] = dict(
+    learning_rate=1e-5,
+    weight_decay=0.0,
+    lr_scheduler_type="constant",
+    train_sampling_strategy="sequential",
+    dataloader_num_workers=0,
+    save_strategy="no",
+    logging_strategy="no",
+    report_to="none",
+    disable_tqdm=True,
+    seed=0,
+)
+"""TrainingArguments the benchmark sets for itself, whatever the configuration: no study chose them,
+and the real run sets its own (a study's ``workload.training_arguments`` overrides them)."""
 
 
 class Phases:
@@ -136,19 +150,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     )
     kwargs[ckpt] = gradient_checkpointing
     kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
-    out: dict[str, Any] = dict(
-        per_device_train_batch_size=c.per_device_batch_size,
-        learning_rate=1e-5,
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        train_sampling_strategy="sequential",
-        dataloader_num_workers=0,
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        seed=0,
-    )
+    out: dict[str, Any] = dict(per_device_train_batch_size=c.per_device_batch_size, **BENCHMARK_ONLY)
     out.update(job.workload.training_arguments)  # the study's own (never a field explorer decides)
     return {**out, **run_options(c, "training_args"), **kwargs}
 
