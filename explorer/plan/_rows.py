@@ -269,7 +269,7 @@ def to_bound(prediction: Prediction, strategy: str, nodes: int) -> str:
     if NODES_UNMEASURED in prediction.note:
         return (
             f"unbounded: the inter-node cost of {strategy} is not measured; measure {strategy} on "
-            f"{nodes} nodes (or on 2, beside 1) to bound it"
+            f"two node counts or more (up to {nodes} nodes) to bound it"
         )
     return ""
 
