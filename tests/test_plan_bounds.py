@@ -136,3 +136,25 @@ def test_files_for_a_row_of_several_nodes_start_every_node(tmp_path: Path) -> No
         )
     )
     assert (doc["num_machines"], doc["num_processes"]) == (4, 8)
+
+
+def test_only_a_finite_band_on_measured_nodes_bounds_an_extrapolation() -> None:
+    from explorer.plan._rows import to_bound
+    from explorer.plan._scaling import NODES_UNMEASURED, Prediction
+
+    def prediction(low: float, high: float, note: str = "") -> Prediction:
+        return Prediction(per_gpu=100.0, low=low, high=high, extrapolated=True, note=note)
+
+    assert (
+        to_bound(
+            prediction(80.0, 120.0, "beyond the measured GPUs (up to 4) of this configuration"), "DDP", 1
+        )
+        == ""
+    )
+    no_band = to_bound(prediction(0.0, float("inf"), "no residual freedom: no band"), "DDP", 1)
+    assert no_band.startswith(
+        "unbounded: the DDP fit has no residual freedom; measure DDP at one more GPU count"
+    )
+    nodes = to_bound(prediction(80.0, 120.0, NODES_UNMEASURED), "FSDP2 FULL_SHARD", 4)
+    assert nodes.startswith("unbounded: the inter-node cost of FSDP2 FULL_SHARD is not measured")
+    assert "up to 4 nodes" in nodes

@@ -140,7 +140,9 @@ def _memory_lines(plan: Plan, row: PlanRow) -> list[str]:
     flag, and the fastest measured row of that study and GPU count that leaves the margin."""
     if not row.near_limit or row.headroom is None:
         return []
-    source = f"trial {row.trial}" if row.trial is not None else f"its trial ({row.note.split('; ')[0]})"
+    source = (
+        f"trial {row.trial}" if row.trial is not None else f"trial {row.source_trial} (extrapolated from)"
+    )
     lines = [
         f"  near the memory limit: {source} left {100 * row.headroom:.1f}% headroom, under the "
         f"{100 * row.margin:g}% memory_margin: the real run may run out of memory"

@@ -57,6 +57,8 @@ class PlanRow:
     """Why the row may not be marked fastest, cheapest or by the deadline, and what to measure so
     that it may ("" for a row that may be: measured, or extrapolated within a finite band from
     measured nodes)."""
+    source_trial: int | None = None
+    """Extrapolated: the measured trial it is extrapolated from."""
     headroom: float | None = None
     """The memory headroom of the trial it was measured in (or extrapolated from)."""
     margin: float = 0.05
@@ -252,6 +254,7 @@ def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int, job: PlanJob)
         high=prediction.high,
         note="; ".join(notes),
         to_bound=to_bound(prediction, strategy_of(row.config), nodes),
+        source_trial=row.trial,
         headroom=row.headroom,
         margin=row.margin,
     )
