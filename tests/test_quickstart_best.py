@@ -40,6 +40,7 @@ def test_the_quickstarts_best_trains_with_the_command_best_prints(tmp_path: Path
     for trial in ranking:  # every ranked trial fitted: its raw stored peak within its stored limit
         peak, limit = trial_memory(trial)
         assert peak is not None and limit == pytest.approx(cap) and peak <= limit
+        assert trial.user_attrs["memory_headroom"] == pytest.approx(1 - peak / limit, abs=1e-9)
 
     capsys.readouterr()
     assert main(["best", str(path), "--steps", "3"]) == 0

@@ -108,6 +108,9 @@ def test_a_trial_that_fits_its_few_batches_but_not_the_longest_one_is_oom(make_j
     assert without.outcome is Outcome.OK, without.error  # its own batches fit under the cap
     assert without.extra["worst_case_step"] == {"ran": False, "why": "off for this job"}
     assert without.properties is not None and without.properties.peak_memory_gib < cap
+    p = without.properties
+    assert p.memory_limit_gib == pytest.approx(cap) and p.memory_headroom is not None
+    assert p.memory_headroom == pytest.approx(1 - p.peak_memory_gib / cap, abs=1e-9)
 
     certified = _run(job, tmp_path, "capped", cap=cap)
     assert certified.outcome is Outcome.OOM  # the real run's longest batch does not
