@@ -480,6 +480,8 @@ def _report(args: argparse.Namespace) -> int:
     report = write_report(loaded, Path(args.out) if args.out else None, time_and_cost=time_and_cost)
     print(f"report: {report.folder}")
     print(f"html: {report.html}")
+    for line in report.memory_flag:
+        print(line)
     print(f"artifacts: {report.artifact_dir}")
     for name, artifact_id in report.artifact_ids.items():
         print(f"  {name:18} {artifact_id}")
@@ -577,7 +579,8 @@ def _best(args: argparse.Namespace) -> int:
     if args.steps < 1:
         raise SpecError(file="--steps", field="", problem=f"{args.steps} must be at least 1")
     loaded, study = _open_existing(args)
-    selection = select_best(study)
+    spec = loaded.spec
+    selection = select_best(study, margin=spec.memory_margin, cap_gib=spec.resources.device_memory_gib)
     if selection is None:
         raise SpecError(
             file=args.study,

@@ -27,6 +27,10 @@ class TrialJob:
     """Resolved JSONL path (``None`` for synthetic data)."""
     fault: InjectedFault | None = None
     """A fault injected into this attempt (a study's ``faults:``; :mod:`explorer.fault`)."""
+    worst_case_step: bool = True
+    """Train one step on a batch of full-length entries after the measured window, where batches
+    change shape (:mod:`explorer.worker._worst_case`). Only a job written by hand turns it off (to
+    show what a trial without it would miss); no study file can."""
 
     @classmethod
     def for_study(
@@ -63,6 +67,7 @@ class TrialJob:
                 "model_path": self.model_path,
                 "dataset_path": self.dataset_path,
                 "fault": self.fault.to_dict() if self.fault else None,
+                "worst_case_step": self.worst_case_step,
             }
         )
 
@@ -78,4 +83,5 @@ class TrialJob:
             model_path=data["model_path"],
             dataset_path=data["dataset_path"],
             fault=InjectedFault.from_dict(data["fault"]) if data.get("fault") else None,
+            worst_case_step=bool(data.get("worst_case_step", True)),
         )

@@ -8,7 +8,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Measurement", "Outcome", "Properties"]
+__all__ = ["Measurement", "Outcome", "Properties", "memory_headroom"]
+
+
+def memory_headroom(peak_gib: float | None, limit_gib: float | None) -> float | None:
+    """The fraction of the memory limit a trial left unused: ``1 - peak_gib / limit_gib`` (negative:
+    over the limit); ``None`` without both figures."""
+    if peak_gib is None or limit_gib is None or not limit_gib > 0:
+        return None
+    return 1.0 - peak_gib / limit_gib
 
 
 class Outcome(str, enum.Enum):
@@ -86,6 +94,11 @@ class Properties:
     """Samples consumed in the measured window, all processes together."""
     device: str
     """``cuda`` or ``cpu``."""
+    memory_limit_gib: float | None = None
+    """The memory one process could use: the study's ``device_memory_gib`` cap, else the
+    device's (CUDA: the GPU's memory; CPU: the host's divided by the processes on it)."""
+    memory_headroom: float | None = None
+    """:func:`memory_headroom` of ``peak_memory_gib`` and ``memory_limit_gib``."""
 
     def imprecise(self, target_rel_ci: float) -> str | None:
         """A warning when the throughput's 95% interval is wider than ``target_rel_ci`` (the

@@ -17,6 +17,7 @@ __all__ = [
     "accelerate_command",
     "accelerate_values",
     "mixed_precision",
+    "nodes_note",
     "render_accelerate",
     "template_for",
     "torchrun_command",
@@ -74,6 +75,7 @@ def accelerate_values(
     yes_no = {True: "true", False: "false"}
     values = {
         "NUMBER_GPUS": str(config.number_gpus),
+        "NUMBER_NODES": str(config.number_nodes or 1),
         # quoted: YAML 1.1 (accelerate's loader) reads a bare no as false
         "MIXED_PRECISION": f'"{mixed_precision(device_type, torch_dtype)}"',
         "DISTRIBUTED_TYPE": "MULTI_GPU" if config.number_gpus > 1 else '"NO"',  # not false
@@ -146,16 +148,47 @@ def render_accelerate(
     return rendered
 
 
-def _entry(job_file: Path, steps: int) -> list[str]:
-    return ["-m", "explorer.train_best", "--job", str(job_file), "--steps", str(steps)]
+def _entry(job_file: Path, steps: int) -> str:
+    return shlex.join(["-m", "explorer.train_best", "--job", str(job_file), "--steps", str(steps)])
+
+
+MASTER_PORT = 29500
+"""The rendezvous port of a multi-node run's node 0."""
+NODE_VARIABLES = '--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port ' + str(MASTER_PORT)
+"""A multi-node run's torchrun arguments that differ per node: run the command on every node with
+``NODE_RANK`` (0 .. nodes - 1) and ``MASTER_ADDR`` (node 0's address) set."""
+
+
+def nodes_note(config: TrialConfig) -> str | None:
+    """How to start a run of several nodes (``None`` for one node)."""
+    nodes = int(config.number_nodes or 1)
+    if nodes == 1:
+        return None
+    return (
+        f"{nodes} nodes of {config.number_gpus // nodes} GPUs: run the command on each node with NODE_RANK "
+        f"(0 to {nodes - 1}) and MASTER_ADDR (node 0's address) set"
+    )
 
 
 def torchrun_command(config: TrialConfig, *, job_file: Path, steps: int) -> str:
-    """``torchrun --standalone --nproc_per_node N -m explorer.train_best --job FILE --steps S``."""
-    argv = ["torchrun", "--standalone", "--nproc_per_node", str(config.number_gpus), *_entry(job_file, steps)]
-    return shlex.join(argv)
+    """``torchrun --standalone --nproc_per_node N -m explorer.train_best --job FILE --steps S``; on
+    several nodes ``--nnodes K --nproc_per_node N/K`` and the per-node :data:`NODE_VARIABLES`."""
+    nodes = int(config.number_nodes or 1)
+    per_node = str(config.number_gpus // nodes)
+    if nodes == 1:
+        return f"{shlex.join(['torchrun', '--standalone', '--nproc_per_node', per_node])} {_entry(job_file, steps)}"
+    head = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc_per_node", per_node])
+    return f"{head} {NODE_VARIABLES} {_entry(job_file, steps)}"
 
 
-def accelerate_command(*, config_file: Path, job_file: Path, steps: int) -> str:
-    """``accelerate launch --config_file FILE -m explorer.train_best --job FILE --steps S``."""
-    return shlex.join(["accelerate", "launch", "--config_file", str(config_file), *_entry(job_file, steps)])
+def accelerate_command(
+    *, config_file: Path, job_file: Path, steps: int, config: TrialConfig | None = None
+) -> str:
+    """``accelerate launch --config_file FILE -m explorer.train_best --job FILE --steps S``; on
+    several nodes (``config``) with each node's ``--machine_rank`` and node 0's address."""
+    head = shlex.join(["accelerate", "launch", "--config_file", str(config_file)])
+    if config is not None and int(config.number_nodes or 1) > 1:
+        head += (
+            f' --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port {MASTER_PORT}'
+        )
+    return f"{head} {_entry(job_file, steps)}"

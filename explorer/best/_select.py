@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from explorer.report import MIN_TOLERANCE, feasible_ranking, noise_tolerance
+from explorer.report import MIN_TOLERANCE, MemoryFlag, feasible_ranking, memory_flag, noise_tolerance
 from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
@@ -23,13 +23,19 @@ class Selection:
     """Feasible trials (best first) whose value is at least ``(1 - tolerance)`` of the best's."""
     tolerance: float
     """The relative tolerance used: the larger of 2% and the best's ``step_time_rel_ci``."""
+    memory: MemoryFlag | None = None
+    """Set when the best came within the study's ``memory_margin`` of its memory limit."""
 
 
-def select_best(study: optuna.Study) -> Selection | None:
+def select_best(
+    study: optuna.Study, *, margin: float | None = None, cap_gib: float | None = None
+) -> Selection | None:
     """The best measured feasible trial of ``study`` and its runners-up within noise.
 
     Args:
         study: An Optuna study written by ``explorer optimize``.
+        margin: The study's ``memory_margin`` (``None``: no memory flag).
+        cap_gib: The study's ``device_memory_gib``, for trials stored without their limit.
 
     Returns:
         ``None`` when the study has no feasible (status ``ok``) measured trial.
@@ -41,4 +47,5 @@ def select_best(study: optuna.Study) -> Selection | None:
     tolerance = noise_tolerance(best)
     top = objective_value(best) or 0.0
     runners_up = [t for t in ranking[1:] if abs((objective_value(t) or 0.0) - top) <= tolerance * abs(top)]
-    return Selection(best=best, runners_up=runners_up, tolerance=tolerance)
+    flag = memory_flag(ranking, margin=margin, cap_gib=cap_gib) if margin is not None else None
+    return Selection(best=best, runners_up=runners_up, tolerance=tolerance, memory=flag)

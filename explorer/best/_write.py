@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.best._render import accelerate_command, render_accelerate, torchrun_command
+from explorer.best._render import accelerate_command, nodes_note, render_accelerate, torchrun_command
 from explorer.best._select import Selection
 from explorer.job import TrialJob
 from explorer.study import config_of, describe
@@ -19,7 +19,15 @@ if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
     from explorer.trial_config import TrialConfig
 
-__all__ = ["BestFiles", "device_type_of", "summary_lines", "write_best", "write_config"]
+__all__ = [
+    "BestFiles",
+    "device_type_of",
+    "launch_script",
+    "split_arguments",
+    "summary_lines",
+    "write_best",
+    "write_config",
+]
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,9 @@ class BestFiles:
 
     accelerate_config: Path
     training_arguments: Path
+    """What the study chose (and the study file's own TrainingArguments): for the real run."""
+    benchmark_arguments: Path
+    """What only the benchmark sets (learning rate, no saving or logging, ...): not choices."""
     job: Path
     launch_script: Path
     torchrun: str
@@ -97,7 +108,13 @@ def write_config(
     layers = _layer_classes(loaded, job)
     files = {
         name: out_dir / name
-        for name in ("accelerate.yaml", "training_arguments.json", "job.json", "launch.sh")
+        for name in (
+            "accelerate.yaml",
+            "training_arguments.json",
+            "benchmark_arguments.json",
+            "job.json",
+            "launch.sh",
+        )
     }
     inside(out_dir, files.values(), file=str(loaded.file))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,27 +131,57 @@ def write_config(
             header=header,
         )
     )
-    kwargs = training_kwargs(job, device_type=device_type, layer_classes=layers)
-    files["training_arguments.json"].write_text(json.dumps(kwargs, indent=2) + "\n")
+    chosen, benchmark = split_arguments(
+        job, training_kwargs(job, device_type=device_type, layer_classes=layers)
+    )
+    files["training_arguments.json"].write_text(json.dumps(chosen, indent=2) + "\n")
+    files["benchmark_arguments.json"].write_text(json.dumps(benchmark, indent=2) + "\n")
     files["job.json"].write_text(json.dumps(json.loads(job.to_json()), indent=2) + "\n")
     torchrun = torchrun_command(job.config, job_file=files["job.json"], steps=steps)
     accelerate = accelerate_command(
-        config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps
+        config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps, config=job.config
     )
     files["launch.sh"].write_text(
-        "#!/bin/sh\n"
-        + "".join(f"# {line}\n" for line in header[:1])
-        + f"# or: {accelerate}\nexec {torchrun}\n"
+        launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate)
     )
     files["launch.sh"].chmod(0o755)
     return BestFiles(
         accelerate_config=files["accelerate.yaml"],
         training_arguments=files["training_arguments.json"],
+        benchmark_arguments=files["benchmark_arguments.json"],
         job=files["job.json"],
         launch_script=files["launch.sh"],
         torchrun=torchrun,
         accelerate=accelerate,
     )
+
+
+def split_arguments(job: TrialJob, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kwargs`` (the trial's TrainingArguments) as (chosen, benchmark-only): what the study chose
+    or the study file set (``workload.training_arguments``), and what only the benchmark sets
+    (:data:`~explorer.worker._train.BENCHMARK_ONLY`: learning rate, no saving or logging, ...)."""
+    from explorer.worker._train import BENCHMARK_ONLY
+
+    own = job.workload.training_arguments
+    benchmark = {k: v for k, v in kwargs.items() if k in BENCHMARK_ONLY and k not in own}
+    return {k: v for k, v in kwargs.items() if k not in benchmark}, benchmark
+
+
+def launch_script(title: str, config: TrialConfig, *, torchrun: str, accelerate: str) -> str:
+    """``launch.sh``: a check run of the configuration, not the fine-tune itself."""
+    lines = [
+        "#!/bin/sh",
+        f"# {title}",
+        "# A check run: the benchmark's worker trains this configuration on the study's model and data",
+        "# for the job's warmup steps and --steps more (with the worst-case step and the memory cap),",
+        "# and prints its throughput and peak memory: it shows the configuration runs here. It saves",
+        "# nothing; your fine-tune takes training_arguments.json (benchmark_arguments.json holds what",
+        "# only the benchmark sets) and accelerate.yaml.",
+        *([f"# {note}"] if (note := nodes_note(config)) else []),
+        f"# or: {accelerate}",
+        f"exec {torchrun}",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def outside_training_arguments(config: TrialConfig) -> list[str]:
@@ -163,6 +210,18 @@ def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
     return float(value) if isinstance(value, int | float) else float("nan")
 
 
+def _memory_text(trial: optuna.trial.FrozenTrial, cap_gib: float | None) -> str:
+    """``0.304 GiB of 0.500 (headroom 39.2%)``, as far as the trial stored it."""
+    from explorer.measurement import memory_headroom
+    from explorer.report import trial_memory
+
+    peak, limit = trial_memory(trial, cap_gib)
+    text = f"{peak:.3f} GiB" if peak is not None else "- GiB"
+    if peak is None or limit is None:
+        return text
+    return f"{text} of {limit:.3f} (headroom {100 * (memory_headroom(peak, limit) or 0.0):.1f}%)"
+
+
 def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -> list[str]:
     """What ``explorer best`` prints: the best trial's figures, the runners-up, paths, commands."""
     best = selection.best
@@ -172,7 +231,8 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
         f"best: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
         f"  {value:.1f} dataset tok/s/gpu, {_attr(best, 'dataset_tokens_per_second'):.1f} total "
         f"on {config.number_gpus} GPU(s); MFU {100 * _attr(best, 'mfu'):.2f}%; "
-        f"peak memory {_attr(best, 'peak_memory_gib'):.3f} GiB",
+        f"peak memory {_memory_text(best, loaded.spec.resources.device_memory_gib)}",
+        *(selection.memory.lines() if selection.memory is not None else []),
         f"within noise (at most {100 * selection.tolerance:.1f}% below the best: the larger of 2% and "
         f"its step-time CI over {int(_attr(best, 'measured_steps'))} steps):",
     ]
@@ -187,11 +247,13 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
         lines.append("  none")
     lines += [
         f"accelerate config:  {files.accelerate_config}",
-        f"training arguments: {files.training_arguments}",
+        f"training arguments: {files.training_arguments} (chosen; benchmark-only settings apart: "
+        f"{files.benchmark_arguments.name})",
         *outside_training_arguments(config),
         f"job:                {files.job}",
         f"launch script:      {files.launch_script}",
-        "run it with:",
+        "check that it runs here (a short benchmark run; it saves nothing):",
+        *(f"  {note}" for note in [nodes_note(config)] if note),
         f"  {files.torchrun}",
         f"  {files.accelerate}",
     ]

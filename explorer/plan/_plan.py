@@ -117,16 +117,51 @@ def _mark_lines(plan: Plan) -> list[str]:
             f"{label}: {row.number_gpus} x {row.gpu_model}, {row.hours(job):,.2f} h, "
             f"{row.gpu_hours(job):,.1f} GPU-h{paid} ({how})"
         )
+        lines += _memory_lines(plan, row)
     if job.deadline_hours is not None and marks.by_deadline is None:
         lines.append(f"cheapest by the deadline: none meets {job.deadline_hours:,.1f} h")
     notes = sorted(
         {part for r in plan.rows if r.extrapolated for part in r.note.split("; ") if "nodes" in part}
     )
     lines += [f"extrapolated: {note}" for note in notes]
+    unbounded: dict[str, list[str]] = {}
+    for r in sorted(plan.rows, key=lambda r: r.number_gpus):
+        if not r.markable:
+            unbounded.setdefault(r.to_bound, []).append(f"{r.number_gpus} x {r.gpu_model}")
+    lines += [f"not marked ({', '.join(where)}): {why}" for why, where in unbounded.items()]
     missing = sorted({r.gpu_model for r in plan.rows} - set(job.prices))
     if missing:
         lines.append(f"no price for {', '.join(missing)}: give --price MODEL=USD_PER_GPU_HOUR to cost it")
     return lines
+
+
+def _memory_lines(plan: Plan, row: PlanRow) -> list[str]:
+    """A marked row whose trial came within its study's ``memory_margin`` of the memory limit: the
+    flag, and the fastest measured row of that study and GPU count that leaves the margin."""
+    if not row.near_limit or row.headroom is None:
+        return []
+    source = (
+        f"trial {row.trial}" if row.trial is not None else f"trial {row.source_trial} (extrapolated from)"
+    )
+    lines = [
+        f"  near the memory limit: {source} left {100 * row.headroom:.1f}% headroom, under the "
+        f"{100 * row.margin:g}% memory_margin: the real run may run out of memory"
+    ]
+    rows = next(r for r in plan.studies if r.study == row.study)
+    safe = [
+        r
+        for r in rows.measured
+        if r.gpu_model == row.gpu_model and r.headroom is not None and r.headroom >= r.margin
+    ]
+    same = [r for r in safe if r.number_gpus == row.number_gpus] or safe
+    if not same:
+        return [*lines, f"  with headroom: no measured configuration leaves {100 * row.margin:g}%"]
+    alt = same[0]
+    return [
+        *lines,
+        f"  with headroom: {row.study}#{alt.trial}, {alt.number_gpus} x {alt.gpu_model}, "
+        f"{alt.per_gpu:,.0f} tok/s/GPU, headroom {100 * (alt.headroom or 0.0):.1f}%",
+    ]
 
 
 def _fit_lines(plan: Plan) -> list[str]:

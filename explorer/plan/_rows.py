@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from explorer.plan._scaling import Prediction, ScalingFit, ScalingPoint, fit_scaling
+from explorer.plan._scaling import NODES_UNMEASURED, Prediction, ScalingFit, ScalingPoint, fit_scaling
 from explorer.trial_config import TrialConfig
 
 if TYPE_CHECKING:
@@ -24,7 +24,16 @@ if TYPE_CHECKING:
     from explorer.plan._job import PlanJob
     from explorer.spec import LoadedStudy
 
-__all__ = ["PlanRow", "StudyRows", "candidates", "family_of", "scaling_points", "strategy_of", "study_rows"]
+__all__ = [
+    "PlanRow",
+    "StudyRows",
+    "candidates",
+    "family_of",
+    "scaling_points",
+    "strategy_of",
+    "study_rows",
+    "to_bound",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,10 +53,30 @@ class PlanRow:
     high: float | None = None
     """Extrapolated: the high end of the band."""
     note: str = ""
+    to_bound: str = ""
+    """Why the row may not be marked fastest, cheapest or by the deadline, and what to measure so
+    that it may ("" for a row that may be: measured, or extrapolated within a finite band from
+    measured nodes)."""
+    source_trial: int | None = None
+    """Extrapolated: the measured trial it is extrapolated from."""
+    headroom: float | None = None
+    """The memory headroom of the trial it was measured in (or extrapolated from)."""
+    margin: float = 0.05
+    """Its study's ``memory_margin``."""
 
     @property
     def extrapolated(self) -> bool:
         return self.trial is None
+
+    @property
+    def markable(self) -> bool:
+        """Whether the plan may mark it (see :attr:`to_bound`)."""
+        return not self.to_bound
+
+    @property
+    def near_limit(self) -> bool:
+        """Whether its trial came within its study's ``memory_margin`` of the memory limit."""
+        return self.headroom is not None and self.headroom < self.margin
 
     @property
     def number_gpus(self) -> int:
@@ -110,6 +139,8 @@ class StudyRows:
     study: str
     gpu_model: str
     gpus_per_node: int
+    nodes: int
+    """The nodes the study declares (``resources.nodes``)."""
     measured: list[PlanRow]
     """Every measured feasible configuration (best first), one row each."""
     points: list[ScalingPoint]
@@ -118,8 +149,10 @@ class StudyRows:
 
 def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) -> StudyRows:
     """The measured feasible configurations of ``study`` (the best trial of each) and its fit."""
-    from explorer.report import feasible_ranking
+    from explorer.report import feasible_ranking, trial_headroom
     from explorer.study import OBJECTIVE, config_of
+
+    resources = loaded.spec.resources
 
     seen: set[str] = set()
     rows = []
@@ -136,13 +169,16 @@ def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) 
                 config=config,
                 per_gpu=per_gpu,
                 trial=trial.number,
+                headroom=trial_headroom(trial, resources.device_memory_gib),
+                margin=loaded.spec.memory_margin,
             )
         )
     points = scaling_points(rows)
     return StudyRows(
         study=loaded.spec.name,
-        gpu_model=loaded.spec.resources.gpu_model,
-        gpus_per_node=loaded.spec.resources.gpus_per_node,
+        gpu_model=resources.gpu_model,
+        gpus_per_node=resources.gpus_per_node,
+        nodes=resources.nodes,
         measured=rows,
         points=points,
         fit=fit_scaling(points, level=level),
@@ -206,6 +242,9 @@ def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int, job: PlanJob)
     if found is None:
         return None
     prediction, row, config = found
+    notes = [prediction.note or f"from trial {row.trial} at {row.number_gpus} GPUs"]
+    if nodes > rows.nodes:
+        notes.append(f"needs {nodes} nodes, more than the {rows.nodes} the study declares (resources.nodes)")
     return PlanRow(
         study=rows.study,
         gpu_model=row.gpu_model,
@@ -213,8 +252,29 @@ def _extrapolate(rows: StudyRows, best: Iterable[PlanRow], n: int, job: PlanJob)
         per_gpu=prediction.per_gpu,
         low=prediction.low,
         high=prediction.high,
-        note=prediction.note or f"from trial {row.trial} at {row.number_gpus} GPUs",
+        note="; ".join(notes),
+        to_bound=to_bound(prediction, strategy_of(row.config), nodes),
+        source_trial=row.trial,
+        headroom=row.headroom,
+        margin=row.margin,
     )
+
+
+def to_bound(prediction: Prediction, strategy: str, nodes: int) -> str:
+    """Why an extrapolation may not be marked, and what to measure so that it may ("": it may).
+
+    Its band must be finite (the fit has residual freedom) and its nodes' cost measured."""
+    if not (prediction.low > 0 and math.isfinite(prediction.high)):
+        return (
+            f"unbounded: the {strategy} fit has no residual freedom; measure {strategy} at one more "
+            "GPU count (a configuration already measured at two) to give it a band"
+        )
+    if NODES_UNMEASURED in prediction.note:
+        return (
+            f"unbounded: the inter-node cost of {strategy} is not measured; measure {strategy} on "
+            f"two node counts or more (up to {nodes} nodes) to bound it"
+        )
+    return ""
 
 
 def candidates(rows: StudyRows, job: PlanJob) -> list[PlanRow]:

@@ -52,6 +52,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "NODES_UNMEASURED",
     "HeldBack",
     "HeldBackRow",
     "Prediction",
@@ -64,7 +65,7 @@ __all__ = [
 
 _EPS = 1e-12
 _NO_BAND = "no residual freedom: no band"
-_NODES_UNMEASURED = "beyond the measured nodes: inter-node cost not measured"
+NODES_UNMEASURED = "beyond the measured nodes: inter-node cost not measured"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,7 +261,7 @@ def _notes(
         notes.append(f"interpolated: {number_gpus} GPUs not measured for this configuration")
     outside_nodes = not min(family.nodes) <= number_nodes <= max(family.nodes)
     if outside_nodes and not solution.nodes_fitted:
-        notes.append(_NODES_UNMEASURED)
+        notes.append(NODES_UNMEASURED)
     elif outside_nodes and not min(solution.summary.nodes) <= number_nodes <= max(solution.summary.nodes):
         notes.append("beyond the measured nodes: node term extrapolated")
     elif outside_nodes:

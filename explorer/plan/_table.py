@@ -52,7 +52,9 @@ def _cost_key(row: PlanRow, job: PlanJob, priced: bool) -> float:
 
 
 def mark_rows(rows: Sequence[PlanRow], job: PlanJob) -> Marks:
-    """Which rows are the fastest, the cheapest, and the cheapest that meets the deadline."""
+    """Which rows are the fastest, the cheapest, and the cheapest that meets the deadline, among
+    those the plan may mark (:attr:`PlanRow.markable`)."""
+    rows = [r for r in rows if r.markable]  # an unbounded extrapolation is shown, never marked
     if not rows:
         return Marks(fastest=None, cheapest=None, by_deadline=None)
     priced = any(r.cost(job) is not None for r in rows)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from explorer.report._headroom import memory_flag
 from explorer.report._points import Kind, TrialPoint
 from explorer.report._ranking import RankedTrial, behind_best, feasible_ranking, noise_tolerance
 from explorer.study import describe
@@ -69,8 +70,11 @@ def _best_part(loaded: LoadedStudy, study: optuna.Study) -> dict[str, Any]:
     tolerance = noise_tolerance(ranking[0])
     floor = ranked[0].per_gpu * (1.0 - tolerance)
     text, masked = command("best", loaded)
+    spec = loaded.spec
+    flag = memory_flag(ranking, margin=spec.memory_margin, cap_gib=spec.resources.device_memory_gib)
     return {
         "best": ranked[0],
+        "memory_flag": flag.lines() if flag is not None else None,
         "parameters": parameters(ranked[0].config),
         "command": text,
         "masked_note": MASKED_NOTE if masked else None,

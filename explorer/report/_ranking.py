@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.knobs import knobs
+from explorer.report._headroom import trial_headroom
 from explorer.study import answered_without_running, config_of, status_of
 from explorer.study._objectives import OBJECTIVE, objective_value, ranking_sign
 
@@ -36,11 +37,15 @@ MEMORY_TOLERANCE = 0.02
 
 
 def feasible_ranking(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-    """Measured (status ok) trials, best first; a reused answer is not a second entry."""
+    """Measured (status ok) trials, best first; a reused answer is not a second entry, and a trial
+    whose stored peak exceeds its stored memory limit (negative headroom) is none: it did not fit."""
     ok = [
         t
         for t in study.get_trials(deepcopy=False)
-        if status_of(t) == "ok" and objective_value(t) is not None and not answered_without_running(t)
+        if status_of(t) == "ok"
+        and objective_value(t) is not None
+        and not answered_without_running(t)
+        and (trial_headroom(t) or 0.0) >= 0.0
     ]
     sign = ranking_sign(study)
     return sorted(ok, key=lambda t: sign * (objective_value(t) or 0.0), reverse=True)

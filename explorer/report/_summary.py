@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.commands import hint_lines
+from explorer.report._headroom import memory_flag
 from explorer.report._ranking import feasible_ranking
 from explorer.secrets import mask_url
 from explorer.study import OBJECTIVE, config_of, describe, open_study
@@ -43,6 +44,10 @@ def print_summary(
         config = config_of(best)
         printer("      " + " ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None))
         printer(f"      peak memory {best.user_attrs.get('peak_memory_gib', float('nan')):.2f} GiB")
+        resources = loaded.spec.resources
+        flag = memory_flag(ranking, margin=loaded.spec.memory_margin, cap_gib=resources.device_memory_gib)
+        for line in flag.lines() if flag is not None else []:
+            printer(line)
         printer("top 5:")
         for t in ranking[:5]:
             printer(f"  trial {t.number:<4} {objective_value(t):>12.1f}  {describe(config_of(t))}")

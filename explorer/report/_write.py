@@ -52,6 +52,7 @@ class Report:
         figures: The figures, in page order.
         artifact_ids: The Optuna artifact id of each figure, by file name.
         artifact_dir: The :class:`optuna.artifacts.FileSystemArtifactStore` folder.
+        memory_flag: The page's flag on a best configuration near its memory limit (lines).
     """
 
     folder: Path
@@ -59,6 +60,7 @@ class Report:
     figures: tuple[ReportFigure, ...]
     artifact_ids: dict[str, str]
     artifact_dir: Path
+    memory_flag: tuple[str, ...] = ()
 
 
 def _domain_values(loaded: LoadedStudy, name: str) -> list[int]:
@@ -114,7 +116,12 @@ def write_report(
     )
     html = write_html(folder / "index.html", context)
     return Report(
-        folder=folder, html=html, figures=tuple(figures), artifact_ids=ids, artifact_dir=artifact_dir
+        folder=folder,
+        html=html,
+        figures=tuple(figures),
+        artifact_ids=ids,
+        artifact_dir=artifact_dir,
+        memory_flag=tuple(context.get("memory_flag") or ()),
     )
 
 

@@ -712,6 +712,10 @@ class StudySpec(_Spec):
     configuration with them (``--price MODEL=USD`` overrides one)."""
     budget: BudgetSpec | None = None
     """The real run's token budget, deadline and GPU limit, for ``explorer plan``."""
+    memory_margin: float = Field(default=0.05, ge=0, lt=1)
+    """The headroom a winner should leave below its memory limit (``device_memory_gib``, else the
+    device's memory), as a fraction of it: ``explorer best``, ``report`` and ``plan`` flag a best
+    configuration whose peak comes closer, and name the best one that leaves this much."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

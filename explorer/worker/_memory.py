@@ -6,12 +6,20 @@ The CUDA branches are complete code that has never run in this project's CI (no 
 from __future__ import annotations
 
 import resource
+from typing import Any
 
 import torch
 
 from explorer.oom import is_oom_error
 
-__all__ = ["MemoryCap", "is_oom", "peak_memory_bytes"]
+__all__ = [
+    "MemoryCap",
+    "check_within_limit",
+    "is_oom",
+    "memory_figures",
+    "memory_limit_bytes",
+    "peak_memory_bytes",
+]
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -34,6 +42,10 @@ class MemoryCap:
     unprivileged process may raise again), so that model, gradients,
     optimizer state and activations together must fit; a larger allocation fails for real with
     "DefaultCPUAllocator: can't allocate memory". (RLIMIT_DATA would slow every step about 4x.)
+    From the baseline on, glibc's malloc keeps to the arenas it has: a thread started later (torch's
+    pool, gloo's) would otherwise reserve an arena of 64 MiB of address space, more or less of them
+    in a trial forked from the warm-start zygote than under ``torchrun``, so that the same
+    configuration fitted in its trial and ran out of memory under ``explorer best``'s command.
     """
 
     def __init__(self, cap_bytes: int | None, device: torch.device) -> None:
@@ -52,6 +64,7 @@ class MemoryCap:
             total = torch.cuda.get_device_properties(self.device).total_memory
             torch.cuda.set_per_process_memory_fraction(min(1.0, self.cap_bytes / total), self.device)
         else:
+            _no_new_malloc_arenas()
             self.baseline = _vm_size()
 
     def enforce(self) -> None:
@@ -71,6 +84,67 @@ class MemoryCap:
         """Lift the CPU limit so that reporting and shutdown cannot fail on it."""
         if self._hard is not None:
             resource.setrlimit(resource.RLIMIT_AS, (self._hard, self._hard))
+
+
+_M_ARENA_MAX = -8
+"""glibc's ``mallopt`` parameter for the most malloc arenas (malloc.h)."""
+
+
+def _no_new_malloc_arenas() -> None:
+    """Cap glibc's malloc arenas at one: threads share the arenas that exist (a C library without
+    ``mallopt``, such as musl, has no per-thread arenas to cap)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(_M_ARENA_MAX, 1)
+
+
+def memory_limit_bytes(cap_bytes: int | None, device: torch.device, *, processes_here: int = 1) -> int:
+    """The memory one process may use: ``cap_bytes`` when the study caps it, else the device's
+    (CUDA: the GPU's total memory; CPU: the host's memory shared by ``processes_here`` processes)."""
+    if cap_bytes is not None:
+        return cap_bytes
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    import psutil
+
+    return int(psutil.virtual_memory().total) // max(1, processes_here)
+
+
+def check_within_limit(peak_bytes: float, limit_bytes: int) -> None:
+    """Raise when a measured peak exceeds the memory limit: such a configuration did not fit
+    (on CPU the cap limits address space and the peak is resident memory, which may differ).
+
+    Raises:
+        MemoryError: ``peak_bytes > limit_bytes`` (the trial is OOM).
+    """
+    if peak_bytes > limit_bytes:
+        raise MemoryError(
+            f"peak memory {peak_bytes / 2**30:.3f} GiB exceeds the limit of {limit_bytes / 2**30:.3f} GiB "
+            "per process (can't allocate memory)"
+        )
+
+
+def memory_figures(peak_reserved: float, peak_allocated: float, limit_bytes: int) -> dict[str, Any]:
+    """The measurement's memory properties (``peak_memory_gib``, ``peak_memory_allocated_gib``,
+    ``memory_limit_gib``, ``memory_headroom``) of the peaks over the processes, in bytes.
+
+    Raises:
+        MemoryError: the peak exceeds ``limit_bytes`` (:func:`check_within_limit`).
+    """
+    from explorer.measurement import memory_headroom
+
+    check_within_limit(peak_reserved, limit_bytes)
+    gib = float(2**30)
+    return {
+        "peak_memory_gib": peak_reserved / gib,
+        "peak_memory_allocated_gib": peak_allocated / gib,
+        "memory_limit_gib": limit_bytes / gib,
+        "memory_headroom": memory_headroom(peak_reserved / gib, limit_bytes / gib),
+    }
 
 
 def _rss() -> int:

@@ -27,11 +27,13 @@ from explorer.measurement import Measurement, Outcome, Properties
 from explorer.oom import failure_line
 from explorer.trial_config import TrialConfig
 from explorer.worker._compile import compile_plan, compile_record, trained_model
-from explorer.worker._memory import MemoryCap, is_oom, peak_memory_bytes
+from explorer.worker._memory import MemoryCap, is_oom, memory_figures, memory_limit_bytes, peak_memory_bytes
 from explorer.worker._metrics import SystemSampler, fingerprint, load_nvml, trial_pids
 from explorer.worker._stopping import Decision, relative_ci
+from explorer.worker._worst_case import worst_case_step
 
 __all__ = [
+    "BENCHMARK_ONLY",
     "main",
     "process_group_backend",
     "process_group_record",
@@ -41,6 +43,20 @@ __all__ = [
 ]
 
 GIB = 2**30
+BENCHMARK_ONLY: dict[str, Any] = dict(
+    learning_rate=1e-5,
+    weight_decay=0.0,
+    lr_scheduler_type="constant",
+    train_sampling_strategy="sequential",
+    dataloader_num_workers=0,
+    save_strategy="no",
+    logging_strategy="no",
+    report_to="none",
+    disable_tqdm=True,
+    seed=0,
+)
+"""TrainingArguments the benchmark sets for itself, whatever the configuration: no study chose them,
+and the real run sets its own (a study's ``workload.training_arguments`` overrides them)."""
 
 
 class Phases:
@@ -141,19 +157,7 @@ def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str]
     )
     kwargs[ckpt] = gradient_checkpointing
     kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
-    out: dict[str, Any] = dict(
-        per_device_train_batch_size=c.per_device_batch_size,
-        learning_rate=1e-5,
-        weight_decay=0.0,
-        lr_scheduler_type="constant",
-        train_sampling_strategy="sequential",
-        dataloader_num_workers=0,
-        save_strategy="no",
-        logging_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        seed=0,
-    )
+    out: dict[str, Any] = dict(per_device_train_batch_size=c.per_device_batch_size, **BENCHMARK_ONLY)
     out.update(job.workload.training_arguments)  # the study's own (never a field explorer decides)
     return {**out, **run_options(c, "training_args"), **kwargs}
 
@@ -232,6 +236,8 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         PHASES.mark("trainer_ready")
         try:
             trainer.train()
+            # after the measured window, never timed: the peak of the longest batch the run can meet
+            worst = worst_case_step(trainer, job, vocab_size=config.vocab_size, baseline_rss=cap.baseline_rss)
         finally:
             cap.release()
             if sampler is not None:
@@ -242,6 +248,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         extra.update(_group_record(trainer), optimizer=_optimizer_record(trainer))
         if sampler is not None and nvml is not None:
             extra["nvml"] = sampler.record()  # the GPUs read, by UUID, and whose memory counted
+        extra["worst_case_step"] = worst
         if plan is not None:
             extra["compile"] = compile_record(trainer, log.compiles, plan)
         if job.workload.training_arguments:  # as the Trainer really holds them
@@ -256,10 +263,16 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             device,
             extra,
             baseline_rss=cap.baseline_rss,
+            limit=memory_limit_bytes(cap.cap_bytes, device, processes_here=_local_processes()),
             decision=clock.decision,
             flops=flops,
             system=system,
         )
+
+
+def _local_processes() -> int:
+    """The trial's processes on this node (torchrun's ``LOCAL_WORLD_SIZE``; 1 without it)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
 
 
 def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[str, Any]]:
@@ -466,6 +479,7 @@ def _aggregate(
     extra: dict[str, Any],
     *,
     baseline_rss: int,
+    limit: int,
     decision: Decision,
     flops: FlopModel,
     system: dict[str, float],
@@ -479,14 +493,8 @@ def _aggregate(
     begin = log.ends[w - 1] if w else log.start
     base = (log.dataset_tokens[w - 1], log.train_tokens[w - 1], log.samples[w - 1]) if w else (0, 0, 0)
     peak_reserved, peak_alloc = peak_memory_bytes(device, baseline_rss=baseline_rss)
-    counts = torch.tensor(
-        [
-            log.dataset_tokens[-1] - base[0],
-            log.train_tokens[-1] - base[1],
-            log.samples[-1] - base[2],
-        ],
-        dtype=torch.float64,
-    )
+    ends = (log.dataset_tokens[-1], log.train_tokens[-1], log.samples[-1])
+    counts = torch.tensor([e - b for e, b in zip(ends, base, strict=True)], dtype=torch.float64)
     peaks = torch.tensor([peak_reserved, peak_alloc], dtype=torch.float64)
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
@@ -494,8 +502,9 @@ def _aggregate(
         counts, peaks = counts.to(comm), peaks.to(comm)
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
         dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-        if dist.get_rank() != 0:
-            return None
+    memory = memory_figures(float(peaks[0]), float(peaks[1]), limit)  # over the limit: OOM, every rank
+    if distributed and dist.get_rank() != 0:
+        return None
     seconds = log.ends[-1] - begin
     measured_steps = steps - w
     durations = [b - a for a, b in zip([begin, *log.ends[w:-1]], log.ends[w:], strict=True)]
@@ -517,8 +526,6 @@ def _aggregate(
         train_runtime=log.ends[-1] - log.start,
         train_samples_per_second=samples / seconds,
         train_steps_per_second=measured_steps / seconds,
-        peak_memory_gib=float(peaks[0]) / GIB,
-        peak_memory_allocated_gib=float(peaks[1]) / GIB,
         measured_steps=measured_steps,
         warmup_steps=w,
         measured_seconds=seconds,
@@ -536,6 +543,7 @@ def _aggregate(
         measured_train_tokens=train_tokens,
         measured_samples=samples,
         device=device.type,
+        **memory,
     )
     extra = {**extra, "step_times": [round(d, 6) for d in durations]}
     return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
