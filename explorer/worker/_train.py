@@ -228,10 +228,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         )
         trainer.step_log = log
         rank0 = int(os.environ.get("RANK", "0")) == 0
-        nvml = load_nvml() if rank0 else None
-        sampler = SystemSampler(nvml=nvml, pids=lambda: trial_pids(out_dir)) if rank0 else None
-        if sampler is not None:
-            sampler.start()
+        nvml, sampler = _start_sampler(out_dir) if rank0 else (None, None)
         cap.enforce()
         PHASES.mark("trainer_ready")
         try:
@@ -268,6 +265,14 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             flops=flops,
             system=system,
         )
+
+
+def _start_sampler(out_dir: Path) -> tuple[Any, SystemSampler]:
+    """Rank 0's NVML handle (None without NVML) and its started system sampler over the trial's pids."""
+    nvml = load_nvml()
+    sampler = SystemSampler(nvml=nvml, pids=lambda: trial_pids(out_dir))
+    sampler.start()
+    return nvml, sampler
 
 
 def _local_processes() -> int:
