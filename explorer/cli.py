@@ -75,6 +75,9 @@ def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="also re-run RUNNING trials of explorer processes on other hosts (only if they are dead)",
     )
+    opt.add_argument(
+        "--debug", action="store_true", help="on an error, print its traceback (secrets masked), not one line"
+    )
 
 
 def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -343,9 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except Exception as exc:  # a storage failing mid-command, or a bug: printed with no secret in it
-        from explorer.errors import crash_text
+        from explorer.errors import crash_text, run_error_line
 
-        sys.stderr.write(crash_text(exc))
+        one_line = args.command == "optimize" and not args.debug  # its trials are marked by then
+        sys.stderr.write(run_error_line(exc) if one_line else crash_text(exc))
         return 1
     raise AssertionError(args.command)
 

@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Iterator
 
-__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines", "storage_error"]
+__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines", "run_error_line", "storage_error"]
 
 _STORAGE_MODULES = ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "sqlite3")
 """Packages whose exceptions mean the storage failed (its driver, or SQLAlchemy above it)."""
@@ -84,6 +84,23 @@ def crash_text(exc: BaseException) -> str:
             "run the command again when it answers)\n"
         )
     return redact_opened("".join(traceback.format_exception(exc)))
+
+
+def run_error_line(exc: BaseException) -> str:
+    """What ``explorer optimize`` prints for any error that ends it (a full disk, Ray failing to
+    start or answer, a timeout, a bug): one masked line, its trials already marked interrupted by
+    the loop (:class:`explorer.study.Loop`). ``--debug`` prints :func:`crash_text` instead."""
+    from explorer.secrets import redact_opened
+
+    if storage_error(exc) is not None:
+        return crash_text(exc)
+    said = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    what = f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
+    notes = "".join(f"; {' '.join(note.split())}" for note in getattr(exc, "__notes__", ()))
+    return redact_opened(
+        f"explorer: error: {what}{notes} (what the study stored is kept: run optimize again to resume;"
+        " --debug prints the traceback)\n"
+    )
 
 
 _LOGGED = (*_STORAGE_MODULES, "optuna")

@@ -90,7 +90,7 @@ def write_config(
 ) -> BestFiles:
     """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
     may hold more GPUs than any trial did); ``title`` heads each file."""
-    from explorer.paths import inside
+    from explorer.paths import inside, write_atomic
     from explorer.worker._train import training_kwargs
 
     job = TrialJob.for_study(loaded, config, trial_number=trial_number)
@@ -105,26 +105,28 @@ def write_config(
         title,
         f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
     )
-    files["accelerate.yaml"].write_text(
+    write_atomic(
+        files["accelerate.yaml"],
         render_accelerate(
             job.config,
             device_type=device_type,
             torch_dtype=job.workload.torch_dtype,
             layer_classes=layers,
             header=header,
-        )
+        ),
     )
     kwargs = training_kwargs(job, device_type=device_type, layer_classes=layers)
-    files["training_arguments.json"].write_text(json.dumps(kwargs, indent=2) + "\n")
-    files["job.json"].write_text(json.dumps(json.loads(job.to_json()), indent=2) + "\n")
+    write_atomic(files["training_arguments.json"], json.dumps(kwargs, indent=2) + "\n")
+    write_atomic(files["job.json"], json.dumps(json.loads(job.to_json()), indent=2) + "\n")
     torchrun = torchrun_command(job.config, job_file=files["job.json"], steps=steps)
     accelerate = accelerate_command(
         config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps
     )
-    files["launch.sh"].write_text(
+    write_atomic(
+        files["launch.sh"],
         "#!/bin/sh\n"
         + "".join(f"# {line}\n" for line in header[:1])
-        + f"# or: {accelerate}\nexec {torchrun}\n"
+        + f"# or: {accelerate}\nexec {torchrun}\n",
     )
     files["launch.sh"].chmod(0o755)
     return BestFiles(

@@ -127,6 +127,9 @@ class Loop:
                 pass
         except KeyboardInterrupt as exc:  # the first signal's flag, a second signal, or a bare Ctrl-C
             self._interrupted(stop, exc)
+        except Exception as exc:  # anything else (a full disk, Ray gone, the storage): the same marks
+            self._failed(exc)
+            raise
         finally:
             if self.owns_launcher and self.launcher_started:
                 self.launcher.shutdown()
@@ -183,7 +186,7 @@ class Loop:
         if not self.launcher_started:
             try:
                 self.launcher.start()
-            except KeyboardInterrupt:  # a stop signal while Ray started: the trial is marked too
+            except BaseException:  # a stop signal, or Ray failing to start: the trial is marked too
                 self.pending.insert(0, flight)
                 raise
             self.launcher_started = True
@@ -351,9 +354,10 @@ class Loop:
         """Record a finished trial (its measurement written ahead first), answer its twins, queue
         its retry, and print it."""
         spec = self.spec
-        flight = self.in_flight.pop(number)
-        if self.journal is not None:
+        flight = self.in_flight[number]
+        if self.journal is not None:  # a full disk raises here: the trial is still marked interrupted
             write_measurement(self.journal, spec.name, flight.trial, measurement)
+        del self.in_flight[number]
         retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
         status = record_outcome(self.study, flight.trial, measurement, retry=retry)
         if status in ("ok", "oom"):
@@ -426,12 +430,30 @@ class Loop:
             for twin in same:
                 fail_as(self.study, twin, number)
 
+    def _open_trials(self) -> list[InFlight]:
+        """Every trial this driver asked and has not told: in flight, waiting, waiting for another's
+        answer."""
+        twins_waiting = [t for ts in self.twins.values() for t in ts] + [f for f, _ in self.remote]
+        return [*self.in_flight.values(), *self.pending, *twins_waiting]
+
+    def _failed(self, exc: Exception) -> None:
+        """The run ends on ``exc``: mark every open trial interrupted (re-run on resume), as a stop
+        signal does. Where the storage itself fails they stay RUNNING, for the resume to reclaim
+        (this driver is dead by then); ``exc`` says so in a note."""
+        open_trials = self._open_trials()
+        try:
+            abandon(self.study, open_trials)
+        except Exception as marking:  # noqa: BLE001 - the first error is the one to report
+            exc.add_note(f"trial(s) left RUNNING for the resume to reclaim: {type(marking).__name__}")
+        else:
+            if open_trials:
+                exc.add_note(f"trial(s) {sorted(f.trial.number for f in open_trials)} marked interrupted")
+
     def _interrupted(self, stop: StopRequest, exc: KeyboardInterrupt) -> NoReturn:
         """Mark every trial in flight, waiting or waiting for another's answer interrupted (re-run
         on resume) and raise :class:`Interrupted`."""
         signum = stop.stopping(signal_of(exc))  # from now on another signal ends the process at once
-        twins_waiting = [t for ts in self.twins.values() for t in ts] + [f for f, _ in self.remote]
-        abandon(self.study, [*self.in_flight.values(), *self.pending, *twins_waiting])
+        abandon(self.study, self._open_trials())
         with contextlib.suppress(OSError):  # a hung-up terminal (EIO): the trials are marked all the same
             self.printer(
                 "interrupted: in-flight trials are marked interrupted and re-run on resume"

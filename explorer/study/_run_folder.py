@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
-from explorer.paths import storage_identity
+from explorer.paths import storage_identity, write_atomic
 from explorer.spec import LoadedStudy
 
 if TYPE_CHECKING:
@@ -35,6 +35,39 @@ def _owner(loaded: LoadedStudy) -> dict[str, str]:
     return {"study": loaded.spec.name, "storage": storage_identity(loaded.storage_url)}
 
 
+def _read_marker(marker: Path) -> dict[str, str] | None:
+    """The owner a marker names; ``None`` for no marker, or an empty one (a claim cut short by a
+    full disk before markers were written whole: reclaimed by the next claim)."""
+    try:
+        text = marker.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not text.strip():
+        return None
+    try:
+        owner = json.loads(text)
+    except json.JSONDecodeError:
+        owner = None
+    if not isinstance(owner, dict):
+        return {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
+    return owner
+
+
+def _write_marker(folder: Path, owner: dict[str, str]) -> None:
+    """Write the marker whole (a temporary file, then linked into place): created at most once,
+    by whoever comes first, and an empty one left by an older explorer is replaced."""
+    marker = folder / MARKER
+    tmp = folder / f".{MARKER}.tmp{os.getpid()}"
+    write_atomic(tmp, json.dumps(owner))
+    try:
+        os.link(tmp, marker)  # fails when a marker is there: never overwritten
+    except FileExistsError:
+        if marker.stat().st_size == 0:
+            os.replace(tmp, marker)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
     """Refuse ``folder`` (default: ``loaded.output_dir``) when another study has claimed it.
 
@@ -42,13 +75,9 @@ def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
         SpecError: naming the study and storage that own it; nothing is written.
     """
     folder = folder or loaded.output_dir
-    marker = folder / MARKER
-    if not marker.is_file():
+    owner = _read_marker(folder / MARKER)
+    if owner is None:
         return
-    try:
-        owner = json.loads(marker.read_text())
-    except json.JSONDecodeError:
-        owner = {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
     if owner != _owner(loaded):
         raise SpecError(
             file=str(loaded.file),
@@ -70,13 +99,9 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
     folder = Path(recorded) if isinstance(recorded, str) else loaded.output_dir
     check_run_folder(loaded, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    try:  # created at most once, by whoever comes first; a loser re-checks the winner's
-        fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        check_run_folder(loaded, folder)
-    else:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_owner(loaded), fh)
+    if _read_marker(folder / MARKER) is None:
+        _write_marker(folder, _owner(loaded))
+    check_run_folder(loaded, folder)  # a loser of the race re-checks the winner's
     if recorded != str(folder):
         study.set_user_attr(RUN_FOLDER, str(folder))
     return dataclasses.replace(loaded, output_dir=folder)

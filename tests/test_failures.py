@@ -1,0 +1,146 @@
+"""Every way ``optimize`` can end on an error leaves the study whole: its open trials marked
+interrupted (re-run on resume), one masked line, exit status 1. The full disk is a real one: a
+small tmpfs mounted for the test (root, as here and in CI; elsewhere the test says it cannot)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from explorer.errors import SpecError
+from explorer.study import open_study, optimize, status_of
+from explorer.study._run_folder import MARKER, claim_run_folder
+from explorer.study_file import load_study
+from tests.builders import run_cli
+from tests.test_faults import _audit, _study
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size_kib: int = 256) -> Iterator[Path]:
+    """A real filesystem of ``size_kib`` KiB at ``where`` (tmpfs), unmounted afterwards."""
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_kib}k", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"a full disk needs a tmpfs mount, which this machine refuses: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def fill(disk: Path) -> Path:
+    """Fill ``disk`` to the last byte (a file written until the filesystem says ENOSPC)."""
+    filler = disk / "filler"
+    with filler.open("wb", buffering=0) as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def _states(path: Path, storage: str | None = None) -> dict[int, tuple[str, str | None]]:
+    study = open_study(load_study(path, storage=storage), create=False)
+    return {t.number: (t.state.name, status_of(t)) for t in study.get_trials()}
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_study, tmp_path):
+    """The run folder on a full tmpfs (the storage elsewhere): the first measurement to be written
+    ahead fails with ENOSPC; every open trial is marked interrupted, none stays RUNNING, and the
+    run resumes to the end once the disk has room."""
+    disk = tmp_path / "disk"
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=6, output_dir=str(disk / "run"))
+    with small_disk(disk):
+        loaded = load_study(path)
+        claim_run_folder(open_study(loaded, create=True), loaded)  # the marker fits; nothing else does
+        filler = fill(disk)
+        proc = run_cli("optimize", str(path), timeout=120)
+        line = _one_line(proc.stderr)
+        print(line)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "[Errno 28] No space left on device" in line and "marked interrupted" in line, line
+        states = _states(path)
+        assert "RUNNING" not in {state for state, _ in states.values()}, states
+        assert any(status == "interrupted" for _, status in states.values()), states
+        filler.unlink()
+        optimize(load_study(path), printer=lambda _: None)  # resumed, in this process
+    found = _audit(path)
+    assert found.ok and found.counted == 6, found.describe()
+
+
+def test_a_full_disk_when_the_folder_is_claimed_leaves_no_marker(write_study, tmp_path):
+    """Claiming the run folder on a full disk: one line, no marker (nor a temporary file) left
+    behind, and the next run claims the folder."""
+    disk = tmp_path / "disk"
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=2, output_dir=str(disk / "run"))
+    with small_disk(disk):
+        (disk / "run").mkdir()
+        filler = fill(disk)
+        proc = run_cli("optimize", str(path), timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "No space left on device" in _one_line(proc.stderr)
+        assert sorted(p.name for p in (disk / "run").iterdir()) == []
+        assert _states(path) == {}  # nothing was asked
+        filler.unlink()
+        optimize(load_study(path), printer=lambda _: None)
+        owner = json.loads((disk / "run" / MARKER).read_text())
+        assert owner["study"] == "test"
+
+
+def test_an_empty_marker_is_reclaimed(write_study, tmp_path):
+    """An empty marker (a claim an older explorer cut short on a full disk) is claimed anew; a
+    marker that holds something explorer cannot read is still refused."""
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=2, output_dir=str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / MARKER).write_text("")
+    optimize(load_study(path), printer=lambda _: None)
+    assert json.loads((tmp_path / "run" / MARKER).read_text())["study"] == "test"
+    other = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=2, output_dir=str(tmp_path / "run2"))
+    (tmp_path / "run2").mkdir()
+    (tmp_path / "run2" / MARKER).write_text("{not json")
+    with pytest.raises(SpecError, match="a marker explorer cannot read"):
+        optimize(load_study(other), printer=lambda _: None)
+
+
+def test_an_error_inside_the_loop_marks_every_open_trial(write_study, tmp_path):
+    """Ray starts after the first trial is asked: a launcher whose start fails (here a real
+    NotADirectoryError from the filesystem, raised after the launcher's own start) leaves that
+    trial marked interrupted, not RUNNING, and its re-run enqueued."""
+    from explorer.launch import launcher_for
+
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=2)
+    loaded = load_study(path)
+    launcher = launcher_for(loaded, output_dir=loaded.output_dir)
+    starts = launcher.start
+
+    def start() -> None:  # the launcher's own start, on a work folder that cannot be made
+        starts()
+        (tmp_path / "blocked").write_text("")
+        (tmp_path / "blocked" / "x").mkdir()
+
+    launcher.start = start  # type: ignore[method-assign]
+    with pytest.raises(OSError) as raised:
+        optimize(loaded, printer=lambda _: None, launcher=launcher)
+    assert "trial(s) [0] marked interrupted" in raised.value.__notes__[0]
+    study = open_study(loaded, create=False)
+    first = study.trials[0]
+    assert first.state is optuna.trial.TrialState.FAIL and status_of(first) == "interrupted"
+    assert study.trials[1].state is optuna.trial.TrialState.WAITING  # its re-run, enqueued
