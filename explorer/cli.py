@@ -360,6 +360,9 @@ def _validate(args: argparse.Namespace) -> int:
     loaded = load_study(
         args.study, storage=args.storage, n_trials=args.n_trials, check_launcher=not args.offline
     )
+    from explorer.study import check_writable
+
+    check_writable(loaded)  # the storage and run folder optimize writes
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"

@@ -144,3 +144,49 @@ def test_an_error_inside_the_loop_marks_every_open_trial(write_study, tmp_path):
     first = study.trials[0]
     assert first.state is optuna.trial.TrialState.FAIL and status_of(first) == "interrupted"
     assert study.trials[1].state is optuna.trial.TrialState.WAITING  # its re-run, enqueued
+
+
+def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``explorer ARGS`` in this process (``explorer.cli.main``), its output captured."""
+    from explorer.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, captured.out, captured.err)
+
+
+def test_a_read_only_storage_folder_or_run_folder_is_refused_before_anything(write_study, tmp_path, capsys):
+    """validate and optimize refuse an sqlite storage in a read-only folder, and a run folder on a
+    read-only filesystem, with one line naming the field (exit 2), before anything is written."""
+    ro = tmp_path / "ro"
+    with small_disk(ro):
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        for field, patch in (("storage", {"storage": f"sqlite:///{ro}/s.db"}), ("output_dir", {})):
+            path = _study(write_study, tmp_path, faults={"rate": 0.0}, output_dir=str(ro / "run"), **patch)
+            for verb in ("validate", "optimize"):
+                proc = _in_process(capsys, verb, str(path))
+                line = _one_line(proc.stderr)
+                assert proc.returncode == 2, proc.stdout + proc.stderr
+                assert f"{path}: {field}: cannot write" in line and "read-only" in line, line
+        assert not (tmp_path / "faults.db").exists()  # the run-folder case wrote no storage either
+
+
+def test_an_export_that_fails_midway_leaves_the_previous_file_whole(write_study, tmp_path):
+    """An export on a full disk fails and leaves the previous export as it was (no partial
+    table at the final path, no temporary file)."""
+    from explorer.export import write_export
+
+    disk = tmp_path / "disk"
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=3)
+    optimize(load_study(path), printer=lambda _: None)
+    with small_disk(disk, size_kib=64):
+        out = disk / "trials.csv"
+        assert write_export(load_study(path), out) == 3
+        before = out.read_bytes()
+        fill(disk)
+        with pytest.raises(OSError) as raised:
+            write_export(load_study(path), out)
+        assert raised.value.errno == errno.ENOSPC
+        assert out.read_bytes() == before
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "trials.csv"]

@@ -13,7 +13,7 @@ from explorer.study._record import (
     status_of,
 )
 from explorer.study._recover import Reclaimed, reclaim_interrupted
-from explorer.study._run_folder import recorded_run_folder
+from explorer.study._run_folder import check_writable, recorded_run_folder
 from explorer.study._storage import open_storage
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
@@ -35,6 +35,7 @@ __all__ = [
     "Reclaimed",
     "reclaim_interrupted",
     "record_outcome",
+    "check_writable",
     "recorded_run_folder",
     "slots_of",
     "status_of",

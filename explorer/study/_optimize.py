@@ -18,7 +18,7 @@ from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
 from explorer.study._recover import reclaim_interrupted
-from explorer.study._run_folder import check_run_folder, claim_run_folder
+from explorer.study._run_folder import check_run_folder, check_writable, claim_run_folder
 from explorer.study._storage import open_storage
 
 if TYPE_CHECKING:
@@ -120,8 +120,9 @@ def _open_run(
     """Open (or create) the study, join its drivers, and claim its run folder where files are
     kept; returns the study file (its run folder as claimed), the study, its storage and drivers."""
     owned = write_ahead and loaded.storage_url not in ("sqlite://", "sqlite:///:memory:")  # kept files
-    if owned:  # another storage's study owns the folder: refused before anything is written
+    if owned:  # another storage's study owns the folder, or it is read-only: refused before writing
         check_run_folder(loaded)
+        check_writable(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do

@@ -23,7 +23,14 @@ from explorer.spec import LoadedStudy
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["MARKER", "RUN_FOLDER", "check_run_folder", "claim_run_folder", "recorded_run_folder"]
+__all__ = [
+    "MARKER",
+    "RUN_FOLDER",
+    "check_run_folder",
+    "check_writable",
+    "claim_run_folder",
+    "recorded_run_folder",
+]
 
 RUN_FOLDER = "run_folder"
 """Study user attr: the absolute path of the study's run folder."""
@@ -114,3 +121,45 @@ def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy
     if isinstance(recorded, str) and Path(recorded) != loaded.output_dir:
         return dataclasses.replace(loaded, output_dir=Path(recorded))
     return loaded
+
+
+def _not_writable(path: Path) -> str | None:
+    """Why ``path`` (a file or folder, or where one would be made) cannot be written; ``None``: it can.
+
+    The nearest folder that exists must let this user create files (a read-only filesystem
+    refuses root too), and an existing file must be writable."""
+    at = path
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if at.is_file() and not os.access(at, os.W_OK):
+        return f"{at} is read-only"
+    folder = at if at.is_dir() else at.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder {folder} is read-only for this user"
+    return None
+
+
+def check_writable(loaded: LoadedStudy) -> None:
+    """Refuse a study ``optimize`` could not write: an sqlite storage file or its folder (its
+    journal goes there) that is read-only, or a run folder that cannot be made or written.
+
+    Raises:
+        SpecError: naming the field; nothing is written.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(loaded.storage_url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        db = Path(parsed.database)
+        problem = _not_writable(db) or _not_writable(db.parent)
+        if problem is not None:
+            raise SpecError(
+                file=str(loaded.file),
+                field="storage",
+                problem=f"cannot write the study: {problem} (the read-only commands can read it)",
+            )
+    problem = _not_writable(loaded.output_dir)
+    if problem is not None:
+        raise SpecError(
+            file=str(loaded.file), field="output_dir", problem=f"cannot write trial files: {problem}"
+        )
