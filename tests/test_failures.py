@@ -190,3 +190,19 @@ def test_an_export_that_fails_midway_leaves_the_previous_file_whole(write_study,
         assert raised.value.errno == errno.ENOSPC
         assert out.read_bytes() == before
         assert sorted(p.name for p in disk.iterdir()) == ["filler", "trials.csv"]
+
+
+@pytest.mark.slow  # Ray gives up on its own start after about 30 s
+def test_ray_failing_to_start_on_a_full_tmp_is_one_line_and_marks_the_first_trial(write_study, tmp_path):
+    """Ray's temporary folder on a full tmpfs: Ray cannot start (it starts after the first trial
+    is asked). One line, exit 1, that trial interrupted (not RUNNING), its re-run enqueued."""
+    disk = tmp_path / "raytmp"
+    path = write_study({"storage": f"sqlite:///{tmp_path}/ray.db", "n_trials": 1})
+    with small_disk(disk):
+        fill(disk)
+        proc = run_cli("optimize", str(path), timeout=240, env={"RAY_TMPDIR": str(disk)})
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert line.startswith("explorer: error: ") and "trial(s) [0] marked interrupted" in line, line
+    states = _states(path)
+    assert states[0] == ("FAIL", "interrupted") and states[1] == ("WAITING", None), states
