@@ -66,6 +66,10 @@ def storage_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+_DAMAGED = ("database disk image is malformed", "file is not a database", "file is encrypted or is not")
+"""sqlite's words for a file whose pages are damaged: running again will not help."""
+
+
 def crash_text(exc: BaseException) -> str:
     """What the CLI prints for an exception nothing else handled, with no secret in it.
 
@@ -79,10 +83,14 @@ def crash_text(exc: BaseException) -> str:
     if failed is not None:
         said = str(failed).strip().splitlines()
         first = said[0] if said else type(failed).__name__
-        return redact_opened(
-            f"explorer: error: the storage failed: {first} (what it stored is kept; "
-            "run the command again when it answers)\n"
+        damaged = any(words in first for words in _DAMAGED)
+        advice = (
+            "the sqlite file is damaged: restore it from a backup, or recover what it holds with "
+            "`sqlite3 FILE .recover`"
+            if damaged
+            else "what it stored is kept; run the command again when it answers"
         )
+        return redact_opened(f"explorer: error: the storage failed: {first} ({advice})\n")
     return redact_opened("".join(traceback.format_exception(exc)))
 
 

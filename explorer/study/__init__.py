@@ -14,7 +14,7 @@ from explorer.study._record import (
 )
 from explorer.study._recover import Reclaimed, reclaim_interrupted
 from explorer.study._run_folder import check_writable, recorded_run_folder
-from explorer.study._storage import open_storage
+from explorer.study._storage import is_read_only, load_readonly, open_storage, readonly_url
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
@@ -28,7 +28,10 @@ __all__ = [
     "config_of",
     "counted_trials",
     "describe",
+    "is_read_only",
+    "load_readonly",
     "open_storage",
+    "readonly_url",
     "open_existing_study",
     "open_study",
     "optimize",

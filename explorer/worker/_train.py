@@ -271,7 +271,7 @@ def _dataset(job: TrialJob, *, vocab_size: int) -> Any:
 
     length = job.config.model_max_length
     if job.workload.dataset.kind == "jsonl":
-        data = JsonlText(
+        data: Any = JsonlText(
             Path(job.dataset_path or ""),
             text_field=job.workload.dataset.text_field,
             tokenizer=build_tokenizer(job.workload.model, job.model_path),
