@@ -206,3 +206,15 @@ def test_ray_failing_to_start_on_a_full_tmp_is_one_line_and_marks_the_first_tria
     assert line.startswith("explorer: error: ") and "trial(s) [0] marked interrupted" in line, line
     states = _states(path)
     assert states[0] == ("FAIL", "interrupted") and states[1] == ("WAITING", None), states
+
+
+def test_audit_holds_the_study_to_the_n_trials_its_last_run_used(write_study, tmp_path, capsys):
+    """``optimize --n-trials 3`` on a file that says 6: audit passes (3 counted of 3); a later run
+    on the file's 6 holds it to 6."""
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=6)
+    assert _in_process(capsys, "optimize", str(path), "--n-trials", "3").returncode == 0
+    proc = _in_process(capsys, "audit", str(path))
+    assert proc.returncode == 0 and "3 counted of n_trials 3" in proc.stdout, proc.stdout
+    assert _in_process(capsys, "optimize", str(path)).returncode == 0
+    proc = _in_process(capsys, "audit", str(path))
+    assert proc.returncode == 0 and "6 counted of n_trials 6" in proc.stdout, proc.stdout

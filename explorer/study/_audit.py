@@ -36,7 +36,11 @@ from explorer.study._record import counts, status_of
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Audit", "audit"]
+__all__ = ["RUN_N_TRIALS", "Audit", "audit"]
+
+RUN_N_TRIALS = "n_trials"
+"""Study user attr: the ``n_trials`` the last ``optimize`` run used (the file's, or
+``--n-trials``); :func:`audit` holds the study to it."""
 
 FINAL = {"ok": "feasible", "oom": "infeasible", "invalid": "infeasible", "failed": "failed"}
 
@@ -99,13 +103,16 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
     """Check the accounting invariant of ``study`` (see the module docstring).
 
     Args:
-        n_trials: the study file's ``n_trials``.
+        n_trials: the study file's ``n_trials``; the one the last run used when the study
+            records it (:data:`RUN_N_TRIALS`: ``optimize --n-trials N`` audits against N).
         max_retries: the study file's ``launcher.max_retries``.
         output_dir: where the write-ahead files are (``None``: skip the lost-measurement check).
     """
     import optuna
 
     State = optuna.trial.TrialState
+    recorded = study.user_attrs.get(RUN_N_TRIALS)
+    n_trials = recorded if isinstance(recorded, int) else n_trials
     trials = study.get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
     successors = {t.user_attrs["requeued_from"]: t for t in trials if "requeued_from" in t.user_attrs}

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
+from explorer.study._audit import RUN_N_TRIALS
 from explorer.study._journal import read_ahead
 from explorer.study._lines import describe
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
@@ -130,6 +131,8 @@ def _open_run(
         if owned:  # a throw-away study in memory claims no folder
             loaded = claim_run_folder(study, loaded)
         describe_study(study, loaded)  # what the dashboard shows of the workload and hardware
+        if study.user_attrs.get(RUN_N_TRIALS) != loaded.spec.n_trials:  # what audit holds it to
+            study.set_user_attr(RUN_N_TRIALS, loaded.spec.n_trials)
     return loaded, study, storage, drivers
 
 
