@@ -464,9 +464,11 @@ def _export(args: argparse.Namespace) -> int:
 
     from explorer.export import write_export
     from explorer.paths import inside
+    from explorer.study import open_existing_study, recorded_run_folder
     from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
+    loaded = recorded_run_folder(open_existing_study(loaded), loaded)  # where its files live
     fmt = "csv" if args.csv else args.format
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
     if not (args.csv or args.out):

@@ -82,9 +82,10 @@ def write_report(
     import optuna
 
     from explorer.paths import inside
-    from explorer.study import is_read_only, open_existing_study
+    from explorer.study import is_read_only, open_existing_study, recorded_run_folder
 
     study = open_existing_study(loaded)
+    loaded = recorded_run_folder(study, loaded)  # where the study's files live, as every verb has it
     folder = out if out is not None else loaded.output_dir / "report"
     where = str(loaded.file)
     if out is None:

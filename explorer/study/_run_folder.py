@@ -30,6 +30,7 @@ __all__ = [
     "check_writable",
     "claim_run_folder",
     "recorded_run_folder",
+    "study_folder",
 ]
 
 RUN_FOLDER = "run_folder"
@@ -86,11 +87,16 @@ def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
     if owner is None:
         return
     if owner != _owner(loaded):
+        moved = (
+            f"if this storage is that one moved, delete {folder / MARKER} to hand the folder over; else "
+            if owner.get("study") == loaded.spec.name
+            else ""
+        )
         raise SpecError(
             file=str(loaded.file),
             field="output_dir",
             problem=f"{folder} holds the trials of study {owner.get('study')!r} in {owner.get('storage')}; "
-            "give this study's storage its own output_dir",
+            f"{moved}give this study's storage its own output_dir",
         )
 
 
@@ -103,7 +109,7 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
         SpecError: the folder belongs to another storage's study.
     """
     recorded = study.user_attrs.get(RUN_FOLDER)
-    folder = Path(recorded) if isinstance(recorded, str) else loaded.output_dir
+    folder = study_folder(study, loaded)
     check_run_folder(loaded, folder)
     folder.mkdir(parents=True, exist_ok=True)
     if _read_marker(folder / MARKER) is None:
@@ -114,13 +120,28 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
     return dataclasses.replace(loaded, output_dir=folder)
 
 
-def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
-    """``loaded`` with the run folder the study records (readers: audit, best, report, ...);
-    as it is for a study that records none (made before folders were recorded)."""
+def study_folder(study: optuna.Study, loaded: LoadedStudy) -> Path:
+    """Where a study's files live, the one rule every verb follows: the run folder recorded in
+    its storage while that folder is still this storage's (its marker names it, or there is no
+    marker); else (a study made before folders were recorded, or a storage copied or restored to
+    another path, whose recorded folder belongs to the original) the study file's ``output_dir``
+    (by default one folder per storage, :func:`explorer.paths.default_output_dir`).
+
+    To move a study: move its storage (and, to keep its trial files, its folder), point the study
+    file at them, and delete the old marker if ``optimize`` asks for it."""
     recorded = study.user_attrs.get(RUN_FOLDER)
-    if isinstance(recorded, str) and Path(recorded) != loaded.output_dir:
-        return dataclasses.replace(loaded, output_dir=Path(recorded))
-    return loaded
+    if isinstance(recorded, str):
+        owner = _read_marker(Path(recorded) / MARKER)
+        if owner is None or owner == _owner(loaded):
+            return Path(recorded)
+    return loaded.output_dir
+
+
+def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
+    """``loaded`` with the study's folder (:func:`study_folder`), for the readers: audit, best,
+    export, plan, report."""
+    folder = study_folder(study, loaded)
+    return loaded if folder == loaded.output_dir else dataclasses.replace(loaded, output_dir=folder)
 
 
 def _not_writable(path: Path) -> str | None:
