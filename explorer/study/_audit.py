@@ -32,6 +32,7 @@ from explorer.study._attrs import infeasibility
 from explorer.study._journal import JOURNAL_FILE
 from explorer.study._objectives import objective_value
 from explorer.study._record import counts, status_of
+from explorer.study._recover import SURPLUS
 
 if TYPE_CHECKING:
     import optuna
@@ -155,6 +156,9 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
             source = int(t.user_attrs.get("reused_from", t.user_attrs.get("inferred_from", -1)))
             if source not in by_number:
                 problem(f"trial {t.number}: answered from trial {source}, which does not exist")
+            continue
+        if status == SURPLUS:  # a re-run nobody needed: n_trials counted before it came up
+            out.bookkeeping[status] += 1
             continue
         if status == "abandoned":  # asked, never started; an enqueued one was enqueued again
             out.bookkeeping[status] += 1

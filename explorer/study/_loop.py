@@ -25,11 +25,12 @@ from explorer.study._flight import (
     settle_remote,
 )
 from explorer.study._interrupt import Interrupted, StopRequest, signal_name, signal_of
+from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
 from explorer.study._objectives import PER_GPU_RANKED
-from explorer.study._peers import WAITS_FOR, Drivers, occupancy
+from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, occupancy, stale_trials
 from explorer.study._record import (
     frozen,
     record_from_store,
@@ -38,7 +39,7 @@ from explorer.study._record import (
     record_reuse,
     set_user_attrs,
 )
-from explorer.study._recover import reclaim_orphans, requeue
+from explorer.study._recover import close_surplus, reclaim_interrupted, reclaim_orphans, requeue
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -113,7 +114,7 @@ class Loop:
         self.reuse_streak = 0
         self.launcher_started = False
         self.timed_out = self.exhausted = False
-        self.last_sweep = time.monotonic()
+        self.last_sweep = self.last_beat = time.monotonic()
         self.was_shared = False  # other drivers at work at the last ask
         # first attempts launched so far
         self.launches = first_launches(study) if spec.faults is not None else 0
@@ -125,6 +126,9 @@ class Loop:
         try:
             while self._round(stop):
                 pass
+            with self.drivers.turn():
+                if surplus := close_surplus(self.study, self.spec.n_trials):
+                    self.printer(f"        re-run(s) {surplus} not needed: {self.spec.n_trials} trials count")
         except KeyboardInterrupt as exc:  # the first signal's flag, a second signal, or a bare Ctrl-C
             self._interrupted(stop, exc)
         except Exception as exc:  # anything else (a full disk, Ray gone, the storage): the same marks
@@ -166,7 +170,7 @@ class Loop:
     def _look_around(self) -> None:
         """Answers of other drivers, the progress footer, and trials another driver asked, then died."""
         if self.remote:
-            settle_remote(self.study, self.remote, self.pending, self.known, self.printer)
+            settle_remote(self.study, self.remote, self._rerun, self.known, self.printer)
         if self.progress is not None:
             self.progress.update(
                 done=self.done,
@@ -175,10 +179,39 @@ class Loop:
                 queued=len(self.pending),
                 best=self.best,
             )
+        if time.monotonic() - self.last_beat > HEARTBEAT_S:  # this driver's trials are alive
+            self.last_beat = time.monotonic()
+            beat(self.study, [f.trial._trial_id for f in self._open_trials()])
         if time.monotonic() - self.last_sweep > ORPHAN_SWEEP_S:  # trials another driver asked, then died
             self.last_sweep = time.monotonic()
             if orphans := reclaim_orphans(self.study):
                 self.printer(f"        failed trial(s) {orphans}: asked by an explorer process that died")
+            self._reclaim_peers()  # a dead peer holds no lock: it cannot be told from no peer
+
+    def _reclaim_peers(self) -> None:
+        """The RUNNING trials of another driver that died (gone from this host, or its heartbeat
+        stopped): recovered from its measurement on disk, else failed and re-enqueued, as a
+        resume does; this driver runs them in turn (re-enqueued trials are asked first)."""
+        journal, name = self.journal, self.spec.name
+        with self.drivers.turn():
+            found = reclaim_interrupted(
+                self.study,
+                recover=(lambda t: read_ahead(journal, name, t)) if journal is not None else None,
+                stale=stale_trials(self.study),
+                live=True,
+            )
+        if found.recovered:
+            self.printer(f"        recorded trial(s) {found.recovered} of a dead explorer process from disk")
+        if found.requeued:
+            self.printer(f"        re-enqueued trial(s) {found.requeued} of an explorer process that died")
+
+    def _rerun(self, flight: InFlight) -> None:
+        """A trial that waited for another driver's answer, which never came (that driver died,
+        or its attempt failed and is retried): measured meanwhile, or the same configuration is
+        already waiting here (both waited on the dead peer, not on each other), else run."""
+        trial, config, attempt = flight.trial, flight.config, flight.attempt
+        if not (self._reused(trial, config) or self._waits_for_twin(trial, config, attempt)):
+            self.pending.append(flight)
 
     def _start(self, flight: InFlight) -> None:
         """Launch a waiting trial (starting the launcher first, once), with its injected fault if any."""
