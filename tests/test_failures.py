@@ -218,3 +218,24 @@ def test_audit_holds_the_study_to_the_n_trials_its_last_run_used(write_study, tm
     assert _in_process(capsys, "optimize", str(path)).returncode == 0
     proc = _in_process(capsys, "audit", str(path))
     assert proc.returncode == 0 and "6 counted of n_trials 6" in proc.stdout, proc.stdout
+
+
+def test_a_space_shrunk_under_stored_trials_is_refused_naming_them(write_study, tmp_path, capsys):
+    """Trials ran over batch sizes 4..160; the space now holds 4..40 only: optimize refuses with
+    one line naming trials and values outside it (exit 2), and the study is as it was."""
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=6)
+    optimize(load_study(path), printer=lambda _: None)
+    stored = len(open_study(load_study(path), create=False).trials)
+    space = {
+        "batch_size": {"values": [4 * k for k in range(1, 11)]},
+        "number_gpus": {"values": [1, 2]},
+        "distributed_backend": "DDP",
+        "gradient_checkpointing": False,
+    }
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=8, search_space={"parameters": space})
+    proc = _in_process(capsys, "optimize", str(path))
+    line = _one_line(proc.stderr)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"{path}: search_space:" in line and "lie outside this search space (trial " in line, line
+    assert "batch_size=" in line
+    assert len(open_study(load_study(path), create=False).trials) == stored

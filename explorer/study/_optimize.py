@@ -20,6 +20,7 @@ from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
 from explorer.study._recover import reclaim_interrupted
 from explorer.study._run_folder import check_run_folder, check_writable, claim_run_folder
+from explorer.study._shrunk import check_space_holds_trials
 from explorer.study._storage import open_storage
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ def _open_run(
         check_writable(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
+    check_space_holds_trials(study, loaded)  # a space shrunk after trials ran: refused, nothing written
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
     with drivers.turn():
         if owned:  # a throw-away study in memory claims no folder
