@@ -172,17 +172,23 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
             continue
         problem(f"trial {t.number}: state {t.state.name}, status {status!r}: not accounted for")
 
-    for key, numbers in measured.items():
-        if len(numbers) > 1:
-            problem(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
-    stopped = study.user_attrs.get("stopped_early")
-    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
-        out.stopped_early = str(stopped.get("why"))
-    if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
-        problem(f"{out.counted} trials counted, n_trials is {n_trials}")
+    _check_totals(study, out, measured)
     if output_dir is not None:
         _check_journal(output_dir, study.study_name, by_number, out)
     return out
+
+
+def _check_totals(study: optuna.Study, out: Audit, measured: dict[str, list[int]]) -> None:
+    """No configuration measured twice; ``n_trials`` reached (unless the study says why not)."""
+    for key, numbers in measured.items():
+        if len(numbers) > 1:
+            out.problems.append(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
+    stopped = study.user_attrs.get("stopped_early")
+    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
+        out.stopped_early = str(stopped.get("why"))
+    n_trials = out.n_trials
+    if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
+        out.problems.append(f"{out.counted} trials counted, n_trials is {n_trials}")
 
 
 def _fault_ended_as_expected(
