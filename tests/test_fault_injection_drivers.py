@@ -1,7 +1,8 @@
 """The chaos run of issue 24: 100 trials, 20% of first attempts given a fault of every kind (the
-replay launcher's: OOM, crash, segfault, hang, actor kill, node restart), two drivers on one sqlite
-study, one SIGKILLed mid-run, the survivor SIGTERMed, then a resume to the end. Afterwards: 0
-trials lost, 0 RUNNING, nothing WAITING, ``audit`` ok, no configuration measured twice."""
+replay launcher's: OOM, crash, segfault, hang, actor kill, node restart), two drivers on one
+study (sqlite, PostgreSQL), one SIGKILLed mid-run, the survivor SIGTERMed, then a resume to the
+end. Afterwards: 0 trials lost, 0 RUNNING, nothing WAITING, ``audit`` ok, no configuration
+measured twice."""
 
 from __future__ import annotations
 
@@ -51,10 +52,11 @@ def _running_of(path: Path, pid: int) -> list[int]:
 
 
 @pytest.mark.slow  # about a minute: three phases of paced replay trials
-def test_two_drivers_faults_sigkill_sigterm_and_resume_lose_nothing(write_study, tmp_path):
+def test_two_drivers_faults_sigkill_sigterm_and_resume_lose_nothing(write_study, tmp_path, storage_url):
+    """On sqlite (drivers seen by their lock) and PostgreSQL (always assumed present)."""
     path = write_study(
         {
-            "storage": f"sqlite:///{tmp_path}/chaos.db",
+            "storage": storage_url,
             "sampler": {"kind": "random", "seed": 3},
             "n_trials": 100,
             "parallel_trials": 4,
