@@ -126,6 +126,7 @@ class Loop:
         try:
             while self._round(stop):
                 pass
+            self._reclaim_peers()  # a dead driver's trials are not left RUNNING when this run ends
             with self.drivers.turn():
                 if surplus := close_surplus(self.study, self.spec.n_trials):
                     self.printer(f"        re-run(s) {surplus} not needed: {self.spec.n_trials} trials count")
