@@ -62,7 +62,7 @@ def _one_line(stderr: str) -> str:
     return lines[0]
 
 
-def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_study, tmp_path):
+def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_study, tmp_path, capsys):
     """The run folder on a full tmpfs (the storage elsewhere): the first measurement to be written
     ahead fails with ENOSPC; every open trial is marked interrupted, none stays RUNNING, and the
     run resumes to the end once the disk has room."""
@@ -80,6 +80,8 @@ def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_s
         states = _states(path)
         assert "RUNNING" not in {state for state, _ in states.values()}, states
         assert any(status == "interrupted" for _, status in states.values()), states
+        debug = _in_process(capsys, "optimize", str(path), "--debug")  # the traceback, on request
+        assert debug.returncode == 1 and "Traceback" in debug.stderr and "Errno 28" in debug.stderr
         filler.unlink()
         optimize(load_study(path), printer=lambda _: None)  # resumed, in this process
     found = _audit(path)
