@@ -72,7 +72,7 @@ def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_s
         loaded = load_study(path)
         claim_run_folder(open_study(loaded, create=True), loaded)  # the marker fits; nothing else does
         filler = fill(disk)
-        proc = run_cli("optimize", str(path), timeout=120)
+        proc = _in_process(capsys, "optimize", str(path))
         line = _one_line(proc.stderr)
         print(line)
         assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -88,7 +88,7 @@ def test_a_full_disk_at_the_write_ahead_is_one_line_and_marks_the_trials(write_s
     assert found.ok and found.counted == 6, found.describe()
 
 
-def test_a_full_disk_when_the_folder_is_claimed_leaves_no_marker(write_study, tmp_path):
+def test_a_full_disk_when_the_folder_is_claimed_leaves_no_marker(write_study, tmp_path, capsys):
     """Claiming the run folder on a full disk: one line, no marker (nor a temporary file) left
     behind, and the next run claims the folder."""
     disk = tmp_path / "disk"
@@ -96,7 +96,7 @@ def test_a_full_disk_when_the_folder_is_claimed_leaves_no_marker(write_study, tm
     with small_disk(disk):
         (disk / "run").mkdir()
         filler = fill(disk)
-        proc = run_cli("optimize", str(path), timeout=120)
+        proc = _in_process(capsys, "optimize", str(path))
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert "No space left on device" in _one_line(proc.stderr)
         assert sorted(p.name for p in (disk / "run").iterdir()) == []
