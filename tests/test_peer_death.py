@@ -4,6 +4,7 @@ other), reclaims the dead driver's trial, and the study audits."""
 
 from __future__ import annotations
 
+import datetime
 import signal
 import subprocess
 import sys
@@ -74,3 +75,35 @@ def test_two_proposals_waiting_on_a_dead_peer_measure_once(write_study, tmp_path
     assert trials[0].state.name == "FAIL" and status_of(trials[0]) == "interrupted", out  # reclaimed
     found = _audit(path)
     assert found.ok, found.describe()
+
+
+def test_a_trial_of_a_driver_on_another_host_is_reclaimed_when_its_heartbeat_stops(
+    write_study, tmp_path, storage_url
+):
+    """A RUNNING trial whose driver ran on another host (its liveness unknown here): left alone
+    while its heartbeat is fresh, reclaimed (interrupted, re-enqueued) once the heartbeat is older
+    than STALE_AFTER_S (the heartbeat moved back in the database, as time passing would)."""
+    import sqlalchemy
+
+    from explorer.study._peers import STALE_AFTER_S, beat, stale_trials
+    from explorer.study._recover import reclaim_interrupted
+
+    path = _study(write_study, tmp_path, faults={"rate": 0.0}, storage=storage_url)
+    study = open_study(load_study(path), create=True)
+    trial = study.ask()
+    trial.set_user_attr("driver", {"host": "another-host", "pid": 1, "start": 0.0})
+    beat(study, [trial._trial_id])
+    assert stale_trials(study) == set()
+    assert reclaim_interrupted(study, stale=stale_trials(study), live=True).left == [trial.number]
+    engine = study._storage._backend.engine
+    with engine.begin() as conn:
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar()
+        now = datetime.datetime.fromisoformat(now) if isinstance(now, str) else now  # sqlite: text
+        then = now - datetime.timedelta(seconds=STALE_AFTER_S + 5)
+        conn.execute(sqlalchemy.text("UPDATE trial_heartbeats SET heartbeat = :t"), {"t": then})
+    assert stale_trials(study) == {trial.number}
+    found = reclaim_interrupted(study, stale=stale_trials(study), live=True)
+    assert found.requeued == [trial.number]
+    frozen = study.trials[trial.number]
+    assert frozen.state.name == "FAIL" and status_of(frozen) == "interrupted"
+    assert study.trials[-1].state.name == "WAITING" and study.trials[-1].user_attrs["requeued_from"] == 0
