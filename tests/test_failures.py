@@ -206,6 +206,7 @@ def test_ray_failing_to_start_on_a_full_tmp_is_one_line_and_marks_the_first_tria
     line = _one_line(proc.stderr)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert line.startswith("explorer: error: ") and "trial(s) [0] marked interrupted" in line, line
+    assert f"Ray's temporary folder {disk} has 0 KiB free" in line, line
     states = _states(path)
     assert states[0] == ("FAIL", "interrupted") and states[1] == ("WAITING", None), states
 

@@ -5,6 +5,7 @@ open on a stop signal. :class:`Loop` holds the state the steps share."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -62,6 +63,20 @@ MAX_REUSE_STREAK = 30
 measured, or inferred OOM): the sampler has nothing new to try."""
 ORPHAN_SWEEP_S = 10.0
 """How often the loop looks for trials asked by a driver that died before starting them."""
+
+
+def _full_temp_folder() -> str | None:
+    """Why Ray could not start when its temporary folder (``RAY_TMPDIR``, else the system's) has
+    less than 64 MiB free; ``None`` otherwise."""
+    import shutil
+    import tempfile
+
+    folder = os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"Ray's temporary folder {folder} has {free // 1024} KiB free" if free < 64 << 20 else None
 
 
 class Loop:
@@ -220,8 +235,10 @@ class Loop:
         if not self.launcher_started:
             try:
                 self.launcher.start()
-            except BaseException:  # a stop signal, or Ray failing to start: the trial is marked too
+            except BaseException as exc:  # a stop signal, or Ray failing to start: the trial is marked too
                 self.pending.insert(0, flight)
+                if isinstance(exc, Exception) and (full := _full_temp_folder()) is not None:
+                    exc.add_note(full)  # Ray's own error names a file it waited for, not the disk
                 raise
             self.launcher_started = True
         fault = pick_fault(
