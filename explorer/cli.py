@@ -75,6 +75,9 @@ def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="also re-run RUNNING trials of explorer processes on other hosts (only if they are dead)",
     )
+    opt.add_argument(
+        "--debug", action="store_true", help="on an error, print its traceback (secrets masked), not one line"
+    )
 
 
 def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -343,9 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except Exception as exc:  # a storage failing mid-command, or a bug: printed with no secret in it
-        from explorer.errors import crash_text
+        from explorer.errors import crash_text, run_error_line
 
-        sys.stderr.write(crash_text(exc))
+        one_line = args.command == "optimize" and not args.debug  # its trials are marked by then
+        sys.stderr.write(run_error_line(exc) if one_line else crash_text(exc))
         return 1
     raise AssertionError(args.command)
 
@@ -356,6 +360,9 @@ def _validate(args: argparse.Namespace) -> int:
     loaded = load_study(
         args.study, storage=args.storage, n_trials=args.n_trials, check_launcher=not args.offline
     )
+    from explorer.study import check_writable
+
+    check_writable(loaded)  # the storage and run folder optimize writes
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
@@ -457,9 +464,11 @@ def _export(args: argparse.Namespace) -> int:
 
     from explorer.export import write_export
     from explorer.paths import inside
+    from explorer.study import open_existing_study, recorded_run_folder
     from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage, check_model=False)
+    loaded = recorded_run_folder(open_existing_study(loaded), loaded)  # where its files live
     fmt = "csv" if args.csv else args.format
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
     if not (args.csv or args.out):

@@ -10,7 +10,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Iterator
 
-__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines", "storage_error"]
+__all__ = ["SpecError", "crash_text", "did_you_mean", "library_log_lines", "run_error_line", "storage_error"]
 
 _STORAGE_MODULES = ("sqlalchemy", "psycopg", "psycopg2", "pymysql", "sqlite3")
 """Packages whose exceptions mean the storage failed (its driver, or SQLAlchemy above it)."""
@@ -66,6 +66,10 @@ def storage_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+_DAMAGED = ("database disk image is malformed", "file is not a database", "file is encrypted or is not")
+"""sqlite's words for a file whose pages are damaged: running again will not help."""
+
+
 def crash_text(exc: BaseException) -> str:
     """What the CLI prints for an exception nothing else handled, with no secret in it.
 
@@ -79,11 +83,32 @@ def crash_text(exc: BaseException) -> str:
     if failed is not None:
         said = str(failed).strip().splitlines()
         first = said[0] if said else type(failed).__name__
-        return redact_opened(
-            f"explorer: error: the storage failed: {first} (what it stored is kept; "
-            "run the command again when it answers)\n"
+        damaged = any(words in first for words in _DAMAGED)
+        advice = (
+            "the sqlite file is damaged: restore it from a backup, or recover what it holds with "
+            "`sqlite3 FILE .recover`"
+            if damaged
+            else "what it stored is kept; run the command again when it answers"
         )
+        return redact_opened(f"explorer: error: the storage failed: {first} ({advice})\n")
     return redact_opened("".join(traceback.format_exception(exc)))
+
+
+def run_error_line(exc: BaseException) -> str:
+    """What ``explorer optimize`` prints for any error that ends it (a full disk, Ray failing to
+    start or answer, a timeout, a bug): one masked line, its trials already marked interrupted by
+    the loop (:class:`explorer.study.Loop`). ``--debug`` prints :func:`crash_text` instead."""
+    from explorer.secrets import redact_opened
+
+    if storage_error(exc) is not None:
+        return crash_text(exc)
+    said = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    what = f"{type(exc).__name__}: {said[0]}" if said else type(exc).__name__
+    notes = "".join(f"; {' '.join(note.split())}" for note in getattr(exc, "__notes__", ()))
+    return redact_opened(
+        f"explorer: error: {what}{notes} (what the study stored is kept: run optimize again to resume;"
+        " --debug prints the traceback)\n"
+    )
 
 
 _LOGGED = (*_STORAGE_MODULES, "optuna")

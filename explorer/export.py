@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from explorer.paths import atomic_file, write_atomic
 from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
@@ -72,12 +73,12 @@ def write_export(loaded: LoadedStudy, path: Path, *, fmt: str = "csv") -> int:
     rows = export_rows(loaded)
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "json":
-        path.write_text(json.dumps(rows, indent=1, allow_nan=True))
+        write_atomic(path, json.dumps(rows, indent=1, allow_nan=True))
         return len(rows)
     columns: list[str] = []
     for row in rows:
         columns += [k for k in row if k not in columns]
-    with path.open("w", newline="") as fh:
+    with atomic_file(path, "w", newline="") as fh:  # a killed export leaves no partial table
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         for row in rows:

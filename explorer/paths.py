@@ -11,12 +11,15 @@ must still resolve inside it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO, Any
 
 from explorer.errors import SpecError
 
-__all__ = ["default_output_dir", "escape", "inside", "storage_identity"]
+__all__ = ["atomic_file", "default_output_dir", "escape", "inside", "storage_identity", "write_atomic"]
 
 
 def escape(root: Path, path: Path) -> str | None:
@@ -77,3 +80,35 @@ def default_output_dir(base: Path, name: str, storage_url: str, file_storage_url
     label = re.sub(r"[^\w.-]", "_", label or parsed.get_backend_name()).lstrip(".") or "storage"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
     return folder / f"{name}.{label}-{digest}"
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
+    """A file open for writing whose content reaches ``path`` whole or not at all.
+
+    It is written as a temporary file beside ``path`` (``.NAME.tmpPID``), flushed to disk, then
+    renamed over ``path`` (``os.replace``: atomic on one filesystem). A reader sees the old file or
+    the new one, never a part; a write that fails (a full disk, a kill) leaves ``path`` as it was
+    and no temporary file behind (a SIGKILL excepted: its ``.tmp`` file is never read)."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # a killed run's: created anew below, never followed if a symlink
+    try:
+        with open(tmp, mode.replace("w", "x"), **kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_atomic(path: Path, data: str | bytes, *, encoding: str = "utf-8") -> Path:
+    """Write ``data`` to ``path`` whole or not at all (:func:`atomic_file`); returns ``path``."""
+    if isinstance(data, bytes):
+        with atomic_file(path, "wb") as fh:
+            fh.write(data)
+    else:
+        with atomic_file(path, "w", encoding=encoding) as fh:
+            fh.write(data)
+    return path

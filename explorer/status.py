@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.errors import SpecError, storage_error
+from explorer.study import load_readonly, readonly_url
+from explorer.study._storage import _BUSY, RETRIES
 
 if TYPE_CHECKING:
     import optuna
@@ -24,83 +24,6 @@ if TYPE_CHECKING:
 __all__ = ["format_status", "load_readonly", "print_status", "readonly_url"]
 
 REASON_CHARS = 80
-RETRIES = 5
-_BUSY = ("database is locked", "database is busy", "readonly database", "no such table")
-"""sqlite's words for a file another process is writing (or still creating Optuna's tables in)."""
-_NO_SCHEMA = "UndefinedTable"
-"""PostgreSQL's error when the database has no Optuna tables (so no study)."""
-
-
-def readonly_url(url: str, *, file: str = "storage") -> str:
-    """``url`` for reading only: an sqlite file as a ``mode=ro`` URI; other databases unchanged.
-
-    Args:
-        file: what to name in an error (the study file).
-
-    Raises:
-        SpecError: an sqlite file that does not exist (it is not created), or an in-memory one.
-    """
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return url
-    database = parsed.database or ""
-    if database in ("", ":memory:") or database.startswith("file:"):
-        if database.startswith("file:"):
-            return url  # already a URI: taken as given
-        raise SpecError(file=file, field="storage", problem=f"{url}: an in-memory database holds no study")
-    path = Path(database).resolve()
-    if not path.is_file():
-        raise SpecError(file=file, field="storage", problem=f"no study: {path} does not exist")
-    return f"sqlite:///file:{path}?mode=ro&uri=true"
-
-
-def load_readonly(loaded: LoadedStudy) -> optuna.Study:
-    """The study of ``loaded``, from its storage opened read-only (nothing is created).
-
-    Raises:
-        SpecError: the storage is absent or unreachable, or holds no such study.
-    """
-    import optuna
-    import sqlalchemy
-
-    from explorer.secrets import mask_url, redact, remember_opened
-
-    remember_opened(loaded.storage_url)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = readonly_url(loaded.storage_url, file=str(loaded.file))
-    sqlite = url.startswith("sqlite")
-    connect_args = {"timeout": 10} if sqlite else {"connect_timeout": 10}
-    where = mask_url(loaded.storage_url)
-    missing = SpecError(
-        file=str(loaded.file), field="name", problem=f"no study {loaded.spec.name!r} in {where}"
-    )
-    for attempt in range(RETRIES):
-        try:
-            storage = optuna.storages.RDBStorage(
-                url,
-                engine_kwargs={"connect_args": connect_args},
-                skip_table_creation=True,
-                skip_compatibility_check=True,
-            )
-            return optuna.load_study(study_name=loaded.spec.name, storage=storage)
-        except KeyError:  # optuna: "Record does not exist."
-            raise missing from None
-        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
-            text = str(storage_error(exc) or exc)  # the driver's error (a refused password, say)
-            if any(m in text for m in _BUSY) and attempt < RETRIES - 1:
-                time.sleep(0.2 * (attempt + 1))
-                continue
-            if _NO_SCHEMA in text or "no such table" in text:  # a database without Optuna's tables
-                raise missing from None
-            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-            raise SpecError(
-                file=str(loaded.file),
-                field="storage",
-                problem=f"cannot read {where}: {redact(first, loaded.storage_url)}",
-            ) from None
-    raise AssertionError("unreachable")
 
 
 def _one_line(text: str, limit: int = REASON_CHARS) -> str:

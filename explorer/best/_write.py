@@ -101,7 +101,7 @@ def write_config(
 ) -> BestFiles:
     """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
     may hold more GPUs than any trial did); ``title`` heads each file."""
-    from explorer.paths import inside
+    from explorer.paths import inside, write_atomic
     from explorer.worker._train import training_kwargs
 
     job = TrialJob.for_study(loaded, config, trial_number=trial_number)
@@ -122,27 +122,29 @@ def write_config(
         title,
         f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
     )
-    files["accelerate.yaml"].write_text(
+    write_atomic(
+        files["accelerate.yaml"],
         render_accelerate(
             job.config,
             device_type=device_type,
             torch_dtype=job.workload.torch_dtype,
             layer_classes=layers,
             header=header,
-        )
+        ),
     )
     chosen, benchmark = split_arguments(
         job, training_kwargs(job, device_type=device_type, layer_classes=layers)
     )
-    files["training_arguments.json"].write_text(json.dumps(chosen, indent=2) + "\n")
-    files["benchmark_arguments.json"].write_text(json.dumps(benchmark, indent=2) + "\n")
-    files["job.json"].write_text(json.dumps(json.loads(job.to_json()), indent=2) + "\n")
+    write_atomic(files["training_arguments.json"], json.dumps(chosen, indent=2) + "\n")
+    write_atomic(files["benchmark_arguments.json"], json.dumps(benchmark, indent=2) + "\n")
+    write_atomic(files["job.json"], json.dumps(json.loads(job.to_json()), indent=2) + "\n")
     torchrun = torchrun_command(job.config, job_file=files["job.json"], steps=steps)
     accelerate = accelerate_command(
         config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps, config=job.config
     )
-    files["launch.sh"].write_text(
-        launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate)
+    write_atomic(
+        files["launch.sh"],
+        launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate),
     )
     files["launch.sh"].chmod(0o755)
     return BestFiles(

@@ -41,8 +41,11 @@ def save(fig: Figure, path: Path) -> Path:
     """Write ``fig`` as a PNG at :data:`DPI`; returns ``path``."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from explorer.paths import atomic_file
+
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=DPI, format="png")
+    with atomic_file(path, "wb") as fh:  # never a 0-byte PNG linked from the page
+        fig.savefig(fh, dpi=DPI, format="png")
     return path
 
 

@@ -60,5 +60,7 @@ def render_page(context: Mapping[str, Any]) -> str:
 
 def write_html(path: Path, context: Mapping[str, Any]) -> Path:
     """Render the page into ``path`` (its folder holds the figures); returns ``path``."""
-    path.write_text(render_page(context), encoding="utf-8")
+    from explorer.paths import write_atomic
+
+    write_atomic(path, render_page(context))
     return path

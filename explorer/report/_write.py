@@ -84,9 +84,10 @@ def write_report(
     import optuna
 
     from explorer.paths import inside
-    from explorer.study import open_existing_study
+    from explorer.study import is_read_only, open_existing_study, recorded_run_folder
 
     study = open_existing_study(loaded)
+    loaded = recorded_run_folder(study, loaded)  # where the study's files live, as every verb has it
     folder = out if out is not None else loaded.output_dir / "report"
     where = str(loaded.file)
     if out is None:
@@ -110,7 +111,8 @@ def write_report(
         figures.append(extra)
     figures += _search_figures(loaded, study, points, feasible, folder)
     artifact_dir = loaded.output_dir / "artifacts"
-    ids = attach_artifacts(study, [f.path for f in figures], artifact_dir)
+    # a study on read-only storage stores no artifacts: its figures are in the report folder
+    ids = {} if is_read_only(study) else attach_artifacts(study, [f.path for f in figures], artifact_dir)
     context = page_context(
         loaded, study, points, figures, ids, artifact_dir, (WIDTH_PX, HEIGHT_PX), notes=notes
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from explorer.errors import SpecError
 
@@ -17,6 +18,8 @@ __all__ = ["PROBE_TIMEOUT_S", "check_ray_address", "ray_endpoint"]
 
 PROBE_TIMEOUT_S = 3.0
 _HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+_CLUSTER_ID = "/ray.rpc.NodeInfoGcsService/GetClusterId"
+"""A GCS call that token authentication guards (an empty request asks for the cluster's id)."""
 """The standard gRPC health check; an empty request asks about the whole server."""
 RAY_CLIENT_PORT = 10001
 """Ray Client's default port, for a ``ray://host`` address without one."""
@@ -109,6 +112,37 @@ def check_ray_address(address: str | None, *, file: str, timeout_s: float = PROB
         )
 
 
+def _ray_token() -> str | None:
+    """The token Ray's driver would send (``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``
+    names, else ``~/.ray/auth_token``), or ``None``. Never printed."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def _token_refused(channel: Any, timeout_s: float) -> str | None:
+    """Why a cluster with token authentication would refuse this driver (the health check answers
+    without a token; a GCS call does not), or ``None``: it accepts it, or it is no GCS."""
+    import grpc
+
+    token = _ray_token()
+    call = channel.unary_unary(_CLUSTER_ID, request_serializer=None, response_deserializer=None)
+    try:
+        call(b"", timeout=timeout_s, metadata=(("authorization", f"Bearer {token}"),) if token else None)
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            has = "has a token that is not the cluster's" if token else "has no token"
+            return (
+                f"the cluster requires an authentication token and this driver {has}; set "
+                "RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the cluster's token"
+            )
+    return None
+
+
 def _probe(host: str, port: int, timeout_s: float) -> str | None:
     """``None`` when Ray answers at host:port within ``timeout_s``; else why not.
 
@@ -125,7 +159,7 @@ def _probe(host: str, port: int, timeout_s: float) -> str | None:
     try:
         check = channel.unary_unary(_HEALTH_CHECK, request_serializer=None, response_deserializer=None)
         check(b"", timeout=timeout_s, wait_for_ready=False)
-        return None
+        return _token_refused(channel, timeout_s)
     except grpc.RpcError as exc:
         code, details = exc.code(), (exc.details() or "").strip()
     finally:

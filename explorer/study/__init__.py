@@ -13,8 +13,8 @@ from explorer.study._record import (
     status_of,
 )
 from explorer.study._recover import Reclaimed, reclaim_interrupted
-from explorer.study._run_folder import recorded_run_folder
-from explorer.study._storage import open_storage
+from explorer.study._run_folder import check_writable, recorded_run_folder
+from explorer.study._storage import is_read_only, load_readonly, open_storage, readonly_url
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
@@ -28,13 +28,17 @@ __all__ = [
     "config_of",
     "counted_trials",
     "describe",
+    "is_read_only",
+    "load_readonly",
     "open_storage",
+    "readonly_url",
     "open_existing_study",
     "open_study",
     "optimize",
     "Reclaimed",
     "reclaim_interrupted",
     "record_outcome",
+    "check_writable",
     "recorded_run_folder",
     "slots_of",
     "status_of",

@@ -32,11 +32,16 @@ from explorer.study._attrs import infeasibility
 from explorer.study._journal import JOURNAL_FILE
 from explorer.study._objectives import objective_value
 from explorer.study._record import counts, status_of
+from explorer.study._recover import SURPLUS
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["Audit", "audit"]
+__all__ = ["RUN_N_TRIALS", "Audit", "audit"]
+
+RUN_N_TRIALS = "n_trials"
+"""Study user attr: the ``n_trials`` the last ``optimize`` run used (the file's, or
+``--n-trials``); :func:`audit` holds the study to it."""
 
 FINAL = {"ok": "feasible", "oom": "infeasible", "invalid": "infeasible", "failed": "failed"}
 
@@ -99,13 +104,16 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
     """Check the accounting invariant of ``study`` (see the module docstring).
 
     Args:
-        n_trials: the study file's ``n_trials``.
+        n_trials: the study file's ``n_trials``; the one the last run used when the study
+            records it (:data:`RUN_N_TRIALS`: ``optimize --n-trials N`` audits against N).
         max_retries: the study file's ``launcher.max_retries``.
         output_dir: where the write-ahead files are (``None``: skip the lost-measurement check).
     """
     import optuna
 
     State = optuna.trial.TrialState
+    recorded = study.user_attrs.get(RUN_N_TRIALS)
+    n_trials = recorded if isinstance(recorded, int) else n_trials
     trials = study.get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
     successors = {t.user_attrs["requeued_from"]: t for t in trials if "requeued_from" in t.user_attrs}
@@ -149,6 +157,9 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
             if source not in by_number:
                 problem(f"trial {t.number}: answered from trial {source}, which does not exist")
             continue
+        if status == SURPLUS:  # a re-run nobody needed: n_trials counted before it came up
+            out.bookkeeping[status] += 1
+            continue
         if status == "abandoned":  # asked, never started; an enqueued one was enqueued again
             out.bookkeeping[status] += 1
             if t.system_attrs.get("fixed_params") and t.number not in successors:
@@ -161,17 +172,23 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
             continue
         problem(f"trial {t.number}: state {t.state.name}, status {status!r}: not accounted for")
 
-    for key, numbers in measured.items():
-        if len(numbers) > 1:
-            problem(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
-    stopped = study.user_attrs.get("stopped_early")
-    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
-        out.stopped_early = str(stopped.get("why"))
-    if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
-        problem(f"{out.counted} trials counted, n_trials is {n_trials}")
+    _check_totals(study, out, measured)
     if output_dir is not None:
         _check_journal(output_dir, study.study_name, by_number, out)
     return out
+
+
+def _check_totals(study: optuna.Study, out: Audit, measured: dict[str, list[int]]) -> None:
+    """No configuration measured twice; ``n_trials`` reached (unless the study says why not)."""
+    for key, numbers in measured.items():
+        if len(numbers) > 1:
+            out.problems.append(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
+    stopped = study.user_attrs.get("stopped_early")
+    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
+        out.stopped_early = str(stopped.get("why"))
+    n_trials = out.n_trials
+    if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
+        out.problems.append(f"{out.counted} trials counted, n_trials is {n_trials}")
 
 
 def _fault_ended_as_expected(

@@ -99,13 +99,13 @@ def ask_trial(
 def settle_remote(
     study: optuna.Study,
     remote: list[tuple[InFlight, optuna.trial.FrozenTrial]],
-    pending: list[InFlight],
+    rerun: Callable[[InFlight], None],
     known: Known,
     printer: Printer,
 ) -> None:
     """Answer the trials waiting for another driver's trial that has ended: reused from its
     measurement (ok, oom), failed like it (failed for good), or else (retried, interrupted, its
-    driver died) run here."""
+    driver died) handed to ``rerun`` (the loop: answered from a twin here, or run)."""
     for entry in list(remote):
         flight, source = entry
         now = settled(study, source)
@@ -124,7 +124,7 @@ def settle_remote(
             fail_as(study, flight, now.number)
         else:
             set_user_attrs(flight.trial, {WAITS_FOR: None})
-            pending.append(flight)
+            rerun(flight)
 
 
 def fail_as(study: optuna.Study, twin: InFlight, number: int) -> None:

@@ -13,7 +13,6 @@ deleted and created again under the same name) is never read as this trial's.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,18 +50,16 @@ def write_ahead(
         a Ray trial in that folder has already failed saying so.
 
     A live trial's number, storage id and start time are all cached on it: no storage read."""
-    from explorer.paths import escape
+    from explorer.paths import escape, write_atomic
 
     folder = trial_dir(output_dir, trial.number)
     path = folder / JOURNAL_FILE
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    problem = escape(output_dir, folder) or escape(output_dir, tmp) or escape(output_dir, path)
+    problem = escape(output_dir, folder) or escape(output_dir, path)
     if problem is not None:  # a symlink out of the output folder: never followed for writing
         return None
     folder.mkdir(parents=True, exist_ok=True)
     record = {**_identity(study_name, trial), "measurement": json.loads(measurement.to_json())}
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(record))
     return path
 
 

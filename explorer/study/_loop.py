@@ -5,6 +5,7 @@ open on a stop signal. :class:`Loop` holds the state the steps share."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,11 +26,12 @@ from explorer.study._flight import (
     settle_remote,
 )
 from explorer.study._interrupt import Interrupted, StopRequest, signal_name, signal_of
+from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
 from explorer.study._objectives import PER_GPU_RANKED
-from explorer.study._peers import WAITS_FOR, Drivers, occupancy
+from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, occupancy, stale_trials
 from explorer.study._record import (
     frozen,
     record_from_store,
@@ -38,7 +40,7 @@ from explorer.study._record import (
     record_reuse,
     set_user_attrs,
 )
-from explorer.study._recover import reclaim_orphans, requeue
+from explorer.study._recover import close_surplus, reclaim_interrupted, reclaim_orphans, requeue
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -61,6 +63,20 @@ MAX_REUSE_STREAK = 30
 measured, or inferred OOM): the sampler has nothing new to try."""
 ORPHAN_SWEEP_S = 10.0
 """How often the loop looks for trials asked by a driver that died before starting them."""
+
+
+def _full_temp_folder() -> str | None:
+    """Why Ray could not start when its temporary folder (``RAY_TMPDIR``, else the system's) has
+    less than 64 MiB free; ``None`` otherwise."""
+    import shutil
+    import tempfile
+
+    folder = os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    return f"Ray's temporary folder {folder} has {free // 1024} KiB free" if free < 64 << 20 else None
 
 
 class Loop:
@@ -113,7 +129,7 @@ class Loop:
         self.reuse_streak = 0
         self.launcher_started = False
         self.timed_out = self.exhausted = False
-        self.last_sweep = time.monotonic()
+        self.last_sweep = self.last_beat = time.monotonic()
         self.was_shared = False  # other drivers at work at the last ask
         # first attempts launched so far
         self.launches = first_launches(study) if spec.faults is not None else 0
@@ -125,8 +141,15 @@ class Loop:
         try:
             while self._round(stop):
                 pass
+            self._reclaim_peers()  # a dead driver's trials are not left RUNNING when this run ends
+            with self.drivers.turn():
+                if surplus := close_surplus(self.study, self.spec.n_trials):
+                    self.printer(f"        re-run(s) {surplus} not needed: {self.spec.n_trials} trials count")
         except KeyboardInterrupt as exc:  # the first signal's flag, a second signal, or a bare Ctrl-C
             self._interrupted(stop, exc)
+        except Exception as exc:  # anything else (a full disk, Ray gone, the storage): the same marks
+            self._failed(exc)
+            raise
         finally:
             if self.owns_launcher and self.launcher_started:
                 self.launcher.shutdown()
@@ -163,7 +186,7 @@ class Loop:
     def _look_around(self) -> None:
         """Answers of other drivers, the progress footer, and trials another driver asked, then died."""
         if self.remote:
-            settle_remote(self.study, self.remote, self.pending, self.known, self.printer)
+            settle_remote(self.study, self.remote, self._rerun, self.known, self.printer)
         if self.progress is not None:
             self.progress.update(
                 done=self.done,
@@ -172,10 +195,39 @@ class Loop:
                 queued=len(self.pending),
                 best=self.best,
             )
+        if time.monotonic() - self.last_beat > HEARTBEAT_S:  # this driver's trials are alive
+            self.last_beat = time.monotonic()
+            beat(self.study, [f.trial._trial_id for f in self._open_trials()])
         if time.monotonic() - self.last_sweep > ORPHAN_SWEEP_S:  # trials another driver asked, then died
             self.last_sweep = time.monotonic()
             if orphans := reclaim_orphans(self.study):
                 self.printer(f"        failed trial(s) {orphans}: asked by an explorer process that died")
+            self._reclaim_peers()  # a dead peer holds no lock: it cannot be told from no peer
+
+    def _reclaim_peers(self) -> None:
+        """The RUNNING trials of another driver that died (gone from this host, or its heartbeat
+        stopped): recovered from its measurement on disk, else failed and re-enqueued, as a
+        resume does; this driver runs them in turn (re-enqueued trials are asked first)."""
+        journal, name = self.journal, self.spec.name
+        with self.drivers.turn():
+            found = reclaim_interrupted(
+                self.study,
+                recover=(lambda t: read_ahead(journal, name, t)) if journal is not None else None,
+                stale=stale_trials(self.study),
+                live=True,
+            )
+        if found.recovered:
+            self.printer(f"        recorded trial(s) {found.recovered} of a dead explorer process from disk")
+        if found.requeued:
+            self.printer(f"        re-enqueued trial(s) {found.requeued} of an explorer process that died")
+
+    def _rerun(self, flight: InFlight) -> None:
+        """A trial that waited for another driver's answer, which never came (that driver died,
+        or its attempt failed and is retried): measured meanwhile, or the same configuration is
+        already waiting here (both waited on the dead peer, not on each other), else run."""
+        trial, config, attempt = flight.trial, flight.config, flight.attempt
+        if not (self._reused(trial, config) or self._waits_for_twin(trial, config, attempt)):
+            self.pending.append(flight)
 
     def _start(self, flight: InFlight) -> None:
         """Launch a waiting trial (starting the launcher first, once), with its injected fault if any."""
@@ -183,8 +235,10 @@ class Loop:
         if not self.launcher_started:
             try:
                 self.launcher.start()
-            except KeyboardInterrupt:  # a stop signal while Ray started: the trial is marked too
+            except BaseException as exc:  # a stop signal, or Ray failing to start: the trial is marked too
                 self.pending.insert(0, flight)
+                if isinstance(exc, Exception) and (full := _full_temp_folder()) is not None:
+                    exc.add_note(full)  # Ray's own error names a file it waited for, not the disk
                 raise
             self.launcher_started = True
         fault = pick_fault(
@@ -351,9 +405,10 @@ class Loop:
         """Record a finished trial (its measurement written ahead first), answer its twins, queue
         its retry, and print it."""
         spec = self.spec
-        flight = self.in_flight.pop(number)
-        if self.journal is not None:
+        flight = self.in_flight[number]
+        if self.journal is not None:  # a full disk raises here: the trial is still marked interrupted
             write_measurement(self.journal, spec.name, flight.trial, measurement)
+        del self.in_flight[number]
         retry = measurement.outcome is Outcome.FAILED and flight.attempt < spec.launcher.max_retries
         status = record_outcome(self.study, flight.trial, measurement, retry=retry)
         if status in ("ok", "oom"):
@@ -426,12 +481,30 @@ class Loop:
             for twin in same:
                 fail_as(self.study, twin, number)
 
+    def _open_trials(self) -> list[InFlight]:
+        """Every trial this driver asked and has not told: in flight, waiting, waiting for another's
+        answer."""
+        twins_waiting = [t for ts in self.twins.values() for t in ts] + [f for f, _ in self.remote]
+        return [*self.in_flight.values(), *self.pending, *twins_waiting]
+
+    def _failed(self, exc: Exception) -> None:
+        """The run ends on ``exc``: mark every open trial interrupted (re-run on resume), as a stop
+        signal does. Where the storage itself fails they stay RUNNING, for the resume to reclaim
+        (this driver is dead by then); ``exc`` says so in a note."""
+        open_trials = self._open_trials()
+        try:
+            abandon(self.study, open_trials)
+        except Exception as marking:  # noqa: BLE001 - the first error is the one to report
+            exc.add_note(f"trial(s) left RUNNING for the resume to reclaim: {type(marking).__name__}")
+        else:
+            if open_trials:
+                exc.add_note(f"trial(s) {sorted(f.trial.number for f in open_trials)} marked interrupted")
+
     def _interrupted(self, stop: StopRequest, exc: KeyboardInterrupt) -> NoReturn:
         """Mark every trial in flight, waiting or waiting for another's answer interrupted (re-run
         on resume) and raise :class:`Interrupted`."""
         signum = stop.stopping(signal_of(exc))  # from now on another signal ends the process at once
-        twins_waiting = [t for ts in self.twins.values() for t in ts] + [f for f, _ in self.remote]
-        abandon(self.study, [*self.in_flight.values(), *self.pending, *twins_waiting])
+        abandon(self.study, self._open_trials())
         with contextlib.suppress(OSError):  # a hung-up terminal (EIO): the trials are marked all the same
             self.printer(
                 "interrupted: in-flight trials are marked interrupted and re-run on resume"

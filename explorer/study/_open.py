@@ -16,7 +16,7 @@ from explorer.study._objectives import (
     objective_settings,
 )
 from explorer.study._record import OBJECTIVE
-from explorer.study._storage import open_storage
+from explorer.study._storage import has_schema, load_readonly, open_storage, writable_file
 from explorer.validity import invalid_reason
 
 if TYPE_CHECKING:
@@ -104,12 +104,11 @@ def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
     )
     url = make_url(loaded.storage_url)
     database = url.database or ""
-    if (
-        url.get_backend_name() == "sqlite"
-        and database not in ("", ":memory:")
-        and not Path(database).is_file()
-    ):
-        raise missing
+    if url.get_backend_name() == "sqlite" and database not in ("", ":memory:"):
+        if not Path(database).is_file():
+            raise missing
+        if not writable_file(Path(database)) or not has_schema(Path(database)):
+            return load_readonly(loaded)  # a read-only file, or none of Optuna's tables: none written
     try:
         return open_study(loaded, create=False)
     except KeyError:  # optuna: "Record does not exist."

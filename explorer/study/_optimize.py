@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
+from explorer.study._audit import RUN_N_TRIALS
 from explorer.study._journal import read_ahead
 from explorer.study._lines import describe
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
@@ -18,7 +19,8 @@ from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
 from explorer.study._recover import reclaim_interrupted
-from explorer.study._run_folder import check_run_folder, claim_run_folder
+from explorer.study._run_folder import check_run_folder, check_writable, claim_run_folder
+from explorer.study._shrunk import check_space_holds_trials
 from explorer.study._storage import open_storage
 
 if TYPE_CHECKING:
@@ -120,15 +122,19 @@ def _open_run(
     """Open (or create) the study, join its drivers, and claim its run folder where files are
     kept; returns the study file (its run folder as claimed), the study, its storage and drivers."""
     owned = write_ahead and loaded.storage_url not in ("sqlite://", "sqlite:///:memory:")  # kept files
-    if owned:  # another storage's study owns the folder: refused before anything is written
+    if owned:  # another storage's study owns the folder, or it is read-only: refused before writing
         check_run_folder(loaded)
+        check_writable(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
+    check_space_holds_trials(study, loaded)  # a space shrunk after trials ran: refused, nothing written
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
     with drivers.turn():
         if owned:  # a throw-away study in memory claims no folder
             loaded = claim_run_folder(study, loaded)
         describe_study(study, loaded)  # what the dashboard shows of the workload and hardware
+        if study.user_attrs.get(RUN_N_TRIALS) != loaded.spec.n_trials:  # what audit holds it to
+            study.set_user_attr(RUN_N_TRIALS, loaded.spec.n_trials)
     return loaded, study, storage, drivers
 
 

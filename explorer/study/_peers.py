@@ -39,7 +39,10 @@ if TYPE_CHECKING:
     import optuna
 
 __all__ = [
+    "HEARTBEAT_S",
+    "STALE_AFTER_S",
     "WAITS_FOR",
+    "beat",
     "Drivers",
     "Room",
     "is_mine",
@@ -47,7 +50,14 @@ __all__ = [
     "occupancy",
     "running_elsewhere",
     "settled",
+    "stale_trials",
 ]
+
+HEARTBEAT_S = 10.0
+"""How often a driver records a heartbeat for each trial it has open (Optuna's trial_heartbeats)."""
+STALE_AFTER_S = 90.0
+"""A RUNNING trial whose last heartbeat is older than this has lost its driver (any host): another
+driver reclaims it, as a resume does the trials of a driver that died."""
 
 WAITS_FOR = "waits_for"
 """User attr of a trial waiting for another trial of the same configuration (its number)."""
@@ -237,3 +247,50 @@ def settled(study: optuna.Study, source: optuna.trial.FrozenTrial) -> optuna.tri
     ):
         return None
     return now
+
+
+def _rdb(study: optuna.Study) -> Any:
+    """The study's RDBStorage, or ``None`` (in memory)."""
+    from optuna.storages import RDBStorage
+
+    backend = getattr(study._storage, "_backend", study._storage)
+    return backend if isinstance(backend, RDBStorage) else None
+
+
+def beat(study: optuna.Study, trial_ids: list[int]) -> None:
+    """Record a heartbeat now for each of this driver's open trials (by storage id)."""
+    storage = _rdb(study)
+    if storage is None:
+        return
+    for trial_id in trial_ids:
+        storage.record_heartbeat(trial_id)
+
+
+def stale_trials(study: optuna.Study, after_s: float = STALE_AFTER_S) -> set[int]:
+    """Numbers of the RUNNING trials of ``study`` whose last heartbeat is older than ``after_s``
+    (by the database's clock, as Optuna compares them); a trial with no heartbeat is not stale."""
+    import sqlalchemy
+
+    storage = _rdb(study)
+    if storage is None:
+        return set()
+    query = sqlalchemy.text(
+        "SELECT t.number, h.heartbeat FROM trials t JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+        "WHERE t.study_id = :study AND t.state = 'RUNNING'"
+    )
+    with storage.engine.connect() as conn:
+        now = conn.execute(sqlalchemy.select(sqlalchemy.func.now())).scalar()
+        rows = conn.execute(query, {"study": study._study_id}).all()
+    if now is None:
+        return set()
+    now = _naive(now)
+    return {int(number) for number, at in rows if (now - _naive(at)).total_seconds() > after_s}
+
+
+def _naive(at: Any) -> Any:
+    """A database timestamp as a naive datetime (sqlite returns text, PostgreSQL datetimes)."""
+    import datetime
+
+    if isinstance(at, str):
+        at = datetime.datetime.fromisoformat(at)
+    return at.replace(tzinfo=None)

@@ -8,7 +8,7 @@ process is gone.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,7 +19,20 @@ if TYPE_CHECKING:
 
     from explorer.measurement import Measurement
 
-__all__ = ["ORPHAN_AFTER_S", "Reclaimed", "driver_alive", "reclaim_interrupted", "reclaim_orphans", "requeue"]
+__all__ = [
+    "ORPHAN_AFTER_S",
+    "SURPLUS",
+    "Reclaimed",
+    "close_surplus",
+    "driver_alive",
+    "reclaim_interrupted",
+    "reclaim_orphans",
+    "requeue",
+]
+
+SURPLUS = "surplus"
+"""Status of a re-run that was never needed: the study had counted its n_trials when it came up
+(the trial it re-runs was interrupted by a driver's death, and other trials counted meanwhile)."""
 
 ORPHAN_AFTER_S = 3.0
 """A RUNNING trial with no driver recorded this long after it was asked is an orphan: its driver
@@ -64,6 +77,8 @@ def reclaim_interrupted(
     *,
     force: bool = False,
     recover: Callable[[optuna.trial.FrozenTrial], Measurement | None] | None = None,
+    stale: Collection[int] = (),
+    live: bool = False,
 ) -> Reclaimed:
     """Finish the RUNNING trials whose driver is dead: recovered from disk, else re-enqueued.
 
@@ -71,6 +86,10 @@ def reclaim_interrupted(
         force: Also reclaim trials of drivers on other hosts (whose liveness cannot be checked).
         recover: The finished measurement a dead driver left on disk for a trial, if any
             (:func:`explorer.study._journal.read_ahead`).
+        stale: Trials whose heartbeat stopped (:func:`explorer.study._peers.stale_trials`):
+            their driver is dead, on whatever host.
+        live: Called by a running driver while other drivers may be at work: a failed attempt
+            with no re-run is re-enqueued only when its driver is dead (a live one is about to).
     """
     import optuna
 
@@ -80,6 +99,8 @@ def reclaim_interrupted(
     trials = study.get_trials(deepcopy=False)
     followed = {t.user_attrs.get("requeued_from") for t in trials}
     for t in trials:  # a driver killed between failing an attempt and enqueueing its re-run
+        if live and driver_alive(t.user_attrs.get("driver")) is not False:
+            continue
         if t.state is optuna.trial.TrialState.FAIL and t.number not in followed:
             status = t.user_attrs.get("status")
             if status in ("retry", "interrupted"):
@@ -92,8 +113,8 @@ def reclaim_interrupted(
             if _abandon_orphan(study, t):
                 out.abandoned.append(t.number)
             continue
-        alive = driver_alive(t.user_attrs.get("driver"))
-        if alive or (alive is None and not force):
+        alive = driver_alive(t.user_attrs.get("driver")) and t.number not in stale
+        if alive or (alive is None and not force and t.number not in stale):
             out.left.append(t.number)
             continue
         handle = optuna.Trial(study, t._trial_id)
@@ -142,3 +163,35 @@ def _abandon_orphan(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
             dict(fixed), user_attrs={**t.user_attrs, "requeued_from": t.number, "requeued_why": "abandoned"}
         )
     return True
+
+
+def close_surplus(study: optuna.Study, n_trials: int) -> list[int]:
+    """Fail the re-runs still WAITING once ``n_trials`` trials count (``surplus``): nobody asks
+    for them any more, and a study that is done leaves nothing waiting. Call it in the driver's
+    turn; a re-run another driver takes at the same moment is left to it.
+
+    Returns:
+        Their numbers.
+    """
+    import optuna
+
+    from explorer.study._record import counted_trials
+
+    State = optuna.trial.TrialState
+    waiting = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(State.WAITING,))
+        if "requeued_from" in t.user_attrs
+    ]
+    if not waiting or len(counted_trials(study)) < n_trials:
+        return []
+    closed = []
+    for t in waiting:
+        if not study._storage.set_trial_state_values(t._trial_id, state=State.RUNNING):
+            continue  # another driver took it
+        handle = optuna.Trial(study, t._trial_id)
+        handle.set_user_attr("status", SURPLUS)
+        handle.set_user_attr("error", f"not run: {n_trials} trials counted before this re-run came up")
+        study.tell(t.number, state=State.FAIL)
+        closed.append(t.number)
+    return closed

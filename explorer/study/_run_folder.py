@@ -17,13 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
-from explorer.paths import storage_identity
+from explorer.paths import storage_identity, write_atomic
 from explorer.spec import LoadedStudy
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["MARKER", "RUN_FOLDER", "check_run_folder", "claim_run_folder", "recorded_run_folder"]
+__all__ = [
+    "MARKER",
+    "RUN_FOLDER",
+    "check_run_folder",
+    "check_writable",
+    "claim_run_folder",
+    "recorded_run_folder",
+    "study_folder",
+]
 
 RUN_FOLDER = "run_folder"
 """Study user attr: the absolute path of the study's run folder."""
@@ -35,6 +43,39 @@ def _owner(loaded: LoadedStudy) -> dict[str, str]:
     return {"study": loaded.spec.name, "storage": storage_identity(loaded.storage_url)}
 
 
+def _read_marker(marker: Path) -> dict[str, str] | None:
+    """The owner a marker names; ``None`` for no marker, or an empty one (a claim cut short by a
+    full disk before markers were written whole: reclaimed by the next claim)."""
+    try:
+        text = marker.read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not text.strip():
+        return None
+    try:
+        owner = json.loads(text)
+    except json.JSONDecodeError:
+        owner = None
+    if not isinstance(owner, dict):
+        return {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
+    return owner
+
+
+def _write_marker(folder: Path, owner: dict[str, str]) -> None:
+    """Write the marker whole (a temporary file, then linked into place): created at most once,
+    by whoever comes first, and an empty one left by an older explorer is replaced."""
+    marker = folder / MARKER
+    tmp = folder / f".{MARKER}.tmp{os.getpid()}"
+    write_atomic(tmp, json.dumps(owner))
+    try:
+        os.link(tmp, marker)  # fails when a marker is there: never overwritten
+    except FileExistsError:
+        if marker.stat().st_size == 0:
+            os.replace(tmp, marker)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
     """Refuse ``folder`` (default: ``loaded.output_dir``) when another study has claimed it.
 
@@ -42,19 +83,20 @@ def check_run_folder(loaded: LoadedStudy, folder: Path | None = None) -> None:
         SpecError: naming the study and storage that own it; nothing is written.
     """
     folder = folder or loaded.output_dir
-    marker = folder / MARKER
-    if not marker.is_file():
+    owner = _read_marker(folder / MARKER)
+    if owner is None:
         return
-    try:
-        owner = json.loads(marker.read_text())
-    except json.JSONDecodeError:
-        owner = {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
     if owner != _owner(loaded):
+        moved = (
+            f"if this storage is that one moved, delete {folder / MARKER} to hand the folder over; else "
+            if owner.get("study") == loaded.spec.name
+            else ""
+        )
         raise SpecError(
             file=str(loaded.file),
             field="output_dir",
             problem=f"{folder} holds the trials of study {owner.get('study')!r} in {owner.get('storage')}; "
-            "give this study's storage its own output_dir",
+            f"{moved}give this study's storage its own output_dir",
         )
 
 
@@ -67,25 +109,78 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
         SpecError: the folder belongs to another storage's study.
     """
     recorded = study.user_attrs.get(RUN_FOLDER)
-    folder = Path(recorded) if isinstance(recorded, str) else loaded.output_dir
+    folder = study_folder(study, loaded)
     check_run_folder(loaded, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    try:  # created at most once, by whoever comes first; a loser re-checks the winner's
-        fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        check_run_folder(loaded, folder)
-    else:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_owner(loaded), fh)
+    if _read_marker(folder / MARKER) is None:
+        _write_marker(folder, _owner(loaded))
+    check_run_folder(loaded, folder)  # a loser of the race re-checks the winner's
     if recorded != str(folder):
         study.set_user_attr(RUN_FOLDER, str(folder))
     return dataclasses.replace(loaded, output_dir=folder)
 
 
-def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
-    """``loaded`` with the run folder the study records (readers: audit, best, report, ...);
-    as it is for a study that records none (made before folders were recorded)."""
+def study_folder(study: optuna.Study, loaded: LoadedStudy) -> Path:
+    """Where a study's files live, the one rule every verb follows: the run folder recorded in
+    its storage while that folder is still this storage's (its marker names it, or there is no
+    marker); else (a study made before folders were recorded, or a storage copied or restored to
+    another path, whose recorded folder belongs to the original) the study file's ``output_dir``
+    (by default one folder per storage, :func:`explorer.paths.default_output_dir`).
+
+    To move a study: move its storage (and, to keep its trial files, its folder), point the study
+    file at them, and delete the old marker if ``optimize`` asks for it."""
     recorded = study.user_attrs.get(RUN_FOLDER)
-    if isinstance(recorded, str) and Path(recorded) != loaded.output_dir:
-        return dataclasses.replace(loaded, output_dir=Path(recorded))
-    return loaded
+    if isinstance(recorded, str):
+        owner = _read_marker(Path(recorded) / MARKER)
+        if owner is None or owner == _owner(loaded):
+            return Path(recorded)
+    return loaded.output_dir
+
+
+def recorded_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
+    """``loaded`` with the study's folder (:func:`study_folder`), for the readers: audit, best,
+    export, plan, report."""
+    folder = study_folder(study, loaded)
+    return loaded if folder == loaded.output_dir else dataclasses.replace(loaded, output_dir=folder)
+
+
+def _not_writable(path: Path) -> str | None:
+    """Why ``path`` (a file or folder, or where one would be made) cannot be written; ``None``: it can.
+
+    The nearest folder that exists must let this user create files (a read-only filesystem
+    refuses root too), and an existing file must be writable."""
+    at = path
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    if at.is_file() and not os.access(at, os.W_OK):
+        return f"{at} is read-only"
+    folder = at if at.is_dir() else at.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"folder {folder} is read-only for this user"
+    return None
+
+
+def check_writable(loaded: LoadedStudy) -> None:
+    """Refuse a study ``optimize`` could not write: an sqlite storage file or its folder (its
+    journal goes there) that is read-only, or a run folder that cannot be made or written.
+
+    Raises:
+        SpecError: naming the field; nothing is written.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(loaded.storage_url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        db = Path(parsed.database)
+        problem = _not_writable(db) or _not_writable(db.parent)
+        if problem is not None:
+            raise SpecError(
+                file=str(loaded.file),
+                field="storage",
+                problem=f"cannot write the study: {problem} (the read-only commands can read it)",
+            )
+    problem = _not_writable(loaded.output_dir)
+    if problem is not None:
+        raise SpecError(
+            file=str(loaded.file), field="output_dir", problem=f"cannot write trial files: {problem}"
+        )

@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import time
+import weakref
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from explorer.errors import SpecError
+from explorer.errors import SpecError, storage_error
 from explorer.secrets import mask_url, redact, remember_opened
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["open_storage"]
+    from explorer.spec import LoadedStudy
+
+__all__ = ["has_schema", "is_read_only", "load_readonly", "open_storage", "readonly_url", "writable_file"]
+
+RETRIES = 5
+_BUSY = ("database is locked", "database is busy", "readonly database", "no such table")
+"""sqlite's words for a file another process is writing (or still creating Optuna's tables in)."""
+_NO_SCHEMA = "UndefinedTable"
+"""PostgreSQL's error when the database has no Optuna tables (so no study)."""
+_READ_ONLY: weakref.WeakSet[optuna.Study] = weakref.WeakSet()
+"""The studies :func:`load_readonly` opened (nothing can be stored through them)."""
 
 _CREATED_BY_ANOTHER = ("already exists", "UNIQUE constraint failed", "duplicate key value violates unique")
 """sqlite's and PostgreSQL's words when another process created Optuna's schema at the same moment."""
@@ -141,3 +154,102 @@ def _sqlite_schema_at_once(database: str, *, timeout: float) -> None:
 
 def _has_tables(con: sqlite3.Connection) -> bool:
     return bool(con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0])
+
+
+def readonly_url(url: str, *, file: str = "storage") -> str:
+    """``url`` for reading only: an sqlite file as a ``mode=ro`` URI; other databases unchanged.
+
+    Args:
+        file: what to name in an error (the study file).
+
+    Raises:
+        SpecError: an sqlite file that does not exist (it is not created), or an in-memory one.
+    """
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        if database.startswith("file:"):
+            return url  # already a URI: taken as given
+        raise SpecError(file=file, field="storage", problem=f"{url}: an in-memory database holds no study")
+    path = Path(database).resolve()
+    if not path.is_file():
+        raise SpecError(file=file, field="storage", problem=f"no study: {path} does not exist")
+    # a file (or folder) nobody may write: no WAL index can be made, and nothing changes it
+    immutable = "" if writable_file(path) else "&immutable=1"
+    return f"sqlite:///file:{path}?mode=ro{immutable}&uri=true"
+
+
+def load_readonly(loaded: LoadedStudy) -> optuna.Study:
+    """The study of ``loaded``, from its storage opened read-only (nothing is created).
+
+    Raises:
+        SpecError: the storage is absent or unreachable, or holds no such study.
+    """
+    import optuna
+    import sqlalchemy
+
+    from explorer.secrets import mask_url, redact, remember_opened
+
+    remember_opened(loaded.storage_url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = readonly_url(loaded.storage_url, file=str(loaded.file))
+    sqlite = url.startswith("sqlite")
+    connect_args = {"timeout": 10} if sqlite else {"connect_timeout": 10}
+    where = mask_url(loaded.storage_url)
+    missing = SpecError(
+        file=str(loaded.file), field="name", problem=f"no study {loaded.spec.name!r} in {where}"
+    )
+    for attempt in range(RETRIES):
+        try:
+            storage = optuna.storages.RDBStorage(
+                url,
+                engine_kwargs={"connect_args": connect_args},
+                skip_table_creation=True,
+                skip_compatibility_check=True,
+            )
+            study = optuna.load_study(study_name=loaded.spec.name, storage=storage)
+            _READ_ONLY.add(study)
+            return study
+        except KeyError:  # optuna: "Record does not exist."
+            raise missing from None
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            text = str(storage_error(exc) or exc)  # the driver's error (a refused password, say)
+            if any(m in text for m in _BUSY) and attempt < RETRIES - 1:
+                time.sleep(0.2 * (attempt + 1))
+                continue
+            if _NO_SCHEMA in text or "no such table" in text:  # a database without Optuna's tables
+                raise missing from None
+            first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+            raise SpecError(
+                file=str(loaded.file),
+                field="storage",
+                problem=f"cannot read {where}: {redact(first, loaded.storage_url)}",
+            ) from None
+    raise AssertionError("unreachable")
+
+
+def is_read_only(study: optuna.Study) -> bool:
+    """Whether ``study`` was opened read-only (:func:`load_readonly`): nothing can be stored."""
+    return study in _READ_ONLY
+
+
+def writable_file(path: Path) -> bool:
+    """Whether sqlite can write ``path`` and the files beside it (its journal, WAL index)."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def has_schema(path: Path) -> bool:
+    """Whether the sqlite file ``path`` holds Optuna's tables (read without writing; a file that
+    is no sqlite database, or a damaged one, answers ``True``: opening it says what is wrong)."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'studies'").fetchone() is not None
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return True

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from explorer.spec import DatasetSpec
 
-__all__ = ["JsonlText", "SyntheticTokens", "collator_for", "entry_length", "pad_item"]
+__all__ = ["JsonlText", "Repeated", "SyntheticTokens", "collator_for", "entry_length", "filled", "pad_item"]
 
 PAD_ID = 0
 
@@ -104,6 +104,29 @@ class JsonlText(Dataset[dict[str, torch.Tensor]]):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         return self.items[index]
+
+
+class Repeated(Dataset[dict[str, torch.Tensor]]):
+    """``base`` read round and round, ``length`` items long: item ``i`` is ``base[i % len(base)]``."""
+
+    def __init__(self, base: Any, *, length: int) -> None:
+        self.base = base
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.base[index % len(self.base)]
+
+
+def filled(dataset: Any, samples_per_step: int) -> Any:
+    """``dataset``, repeated to ``samples_per_step`` items when it has fewer: every step then
+    trains on the full batch (a batch of 64 over 8 entries trains on 64 samples, each entry 8
+    times), not on the few entries there are. A dataset as large as a step is as it is."""
+    if len(dataset) >= samples_per_step:
+        return dataset
+    return Repeated(dataset, length=samples_per_step)
 
 
 def _unpadded(item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -318,18 +318,20 @@ def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
 
 def _dataset(job: TrialJob, *, vocab_size: int) -> Any:
     """The training data: a JSONL file through the model's tokenizer, or synthetic tokens."""
-    from explorer.worker._data import JsonlText, SyntheticTokens
+    from explorer.worker._data import JsonlText, SyntheticTokens, filled
     from explorer.worker._model import build_tokenizer
 
     length = job.config.model_max_length
     if job.workload.dataset.kind == "jsonl":
-        return JsonlText(
+        data: Any = JsonlText(
             Path(job.dataset_path or ""),
             text_field=job.workload.dataset.text_field,
             tokenizer=build_tokenizer(job.workload.model, job.model_path),
             max_length=length,
         )
-    return SyntheticTokens(job.workload.dataset, vocab_size=vocab_size, max_length=length)
+    else:
+        data = SyntheticTokens(job.workload.dataset, vocab_size=vocab_size, max_length=length)
+    return filled(data, job.config.global_batch)  # every step a full batch, however few the entries
 
 
 def _parameter_counts(model: Any) -> tuple[int, int]:
