@@ -11,6 +11,7 @@ it: adding or removing searched values stays allowed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError
@@ -21,7 +22,7 @@ from explorer.store import job_identity
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["IDENTITY_ATTR", "check_identity", "first_difference"]
+__all__ = ["IDENTITY_ATTR", "check_identity", "first_difference", "refuse_other_job"]
 
 IDENTITY_ATTR = "identity"
 """Study user attr: the job the study measures (:func:`explorer.store.job_identity`)."""
@@ -56,6 +57,46 @@ def check_identity(study: optuna.Study, loaded: LoadedStudy) -> None:
     if not isinstance(stored, dict):  # a new study, or one stored before identities
         study.set_user_attr(IDENTITY_ATTR, new)
         return
+    _refuse(loaded, stored, new)
+
+
+def refuse_other_job(loaded: LoadedStudy) -> None:
+    """:func:`check_identity` before the storage is opened for writing, where opening it writes:
+    an sqlite file is switched to WAL as ``optimize`` opens it (:func:`explorer.study.open_storage`),
+    which changes its bytes. The stored study is read through a plain connection; a file that does
+    not exist, is not Optuna's, or holds no such study is left to the usual path, which reports
+    what is wrong with it. Other storages are checked by :func:`check_identity` alone (opening an
+    existing study there writes nothing).
+
+    Raises:
+        SpecError: as :func:`check_identity`.
+    """
+    import optuna
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    url = make_url(loaded.storage_url)
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or database in ("", ":memory:") or not Path(database).is_file():
+        return
+    try:
+        storage = optuna.storages.RDBStorage(
+            loaded.storage_url, skip_compatibility_check=True, skip_table_creation=True
+        )
+    except sqlalchemy.exc.SQLAlchemyError:  # not an Optuna file: open_storage says what it is
+        return
+    try:
+        stored = optuna.load_study(study_name=loaded.spec.name, storage=storage).user_attrs.get(IDENTITY_ATTR)
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # no such study (yet), or no Optuna tables
+        return
+    finally:
+        storage.engine.dispose()
+    if isinstance(stored, dict):
+        _refuse(loaded, stored, json.loads(json.dumps(job_identity(loaded))))
+
+
+def _refuse(loaded: LoadedStudy, stored: dict[str, Any], new: dict[str, Any]) -> None:
+    """Raise the one line for the first field where ``new`` differs from ``stored``, if any."""
     found = first_difference(stored, new)
     if found is None:
         return

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
+from explorer.study._identity import refuse_other_job
 from explorer.study._journal import read_ahead
 from explorer.study._lines import describe
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
@@ -122,6 +123,8 @@ def _open_run(
     owned = write_ahead and loaded.storage_url not in ("sqlite://", "sqlite:///:memory:")  # kept files
     if owned:  # another storage's study owns the folder: refused before anything is written
         check_run_folder(loaded)
+    if storage is None:  # another job under this name: refused before anything is written too
+        refuse_other_job(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     drivers = Drivers.join(study)  # other drivers of this study: take turns, count what they do
