@@ -75,6 +75,12 @@ def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action="store_true",
         help="also re-run RUNNING trials of explorer processes on other hosts (only if they are dead)",
     )
+    opt.add_argument(
+        "--no-hub-check",
+        action="store_true",
+        help="do not require a hub model id to be cached or reachable from this machine (a cluster's "
+        "workers may reach the hub where the driver cannot)",
+    )
 
 
 def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -293,7 +299,8 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     val.add_argument(
         "--offline",
         action="store_true",
-        help="do not probe the Ray cluster (launcher.address / RAY_ADDRESS): check a cluster's study elsewhere",
+        help="do not probe the Ray cluster (launcher.address / RAY_ADDRESS) nor the Hugging Face hub "
+        "(a model id): check a cluster's study elsewhere",
     )
 
 
@@ -359,7 +366,7 @@ def _validate(args: argparse.Namespace) -> int:
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
-        + (" (the Ray address was not probed)" if args.offline and loaded.spec.launcher.kind == "ray" else "")
+        + (" (the Ray address and the hub were not probed)" if args.offline else "")
     )
     for name, domain in loaded.space.domains.items():  # every knob the study sets, searched or fixed
         how = "fixed" if len(domain.values) == 1 else "searched"
@@ -492,7 +499,12 @@ def _optimize(args: argparse.Namespace) -> int:
     from explorer.study import open_study, optimize, study_utilization
     from explorer.study_file import load_study
 
-    loaded = load_study(args.study, storage=args.storage, n_trials=args.n_trials)
+    loaded = load_study(
+        args.study,
+        storage=args.storage,
+        n_trials=args.n_trials,
+        check_hub=False if args.no_hub_check else None,
+    )
     live = terminal_progress()
     if live is None:  # not a terminal: the plain lines
         result = optimize(loaded, reclaim_all=args.reclaim_running)
@@ -508,6 +520,9 @@ def _optimize(args: argparse.Namespace) -> int:
     used = study_utilization(open_study(loaded, create=False))
     if used is not None:
         print(used.describe())
+    if result.measured_nothing:  # every trial of this run crashed: not a success
+        print(f"explorer: {result.measured_nothing}", file=sys.stderr)
+        return 1
     return 0
 
 

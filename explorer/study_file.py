@@ -38,6 +38,7 @@ def load_study(
     replay_table: str | Path | None = None,
     check_model: bool = True,
     check_launcher: bool | None = None,
+    check_hub: bool | None = None,
 ) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
@@ -49,6 +50,8 @@ def load_study(
         check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
             with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
             only read a stored study do not need the cluster).
+        check_hub: require a hub model id to be in the local cache or reachable (a request of a
+            few seconds at most); default: as ``check_launcher``.
 
     Raises:
         SpecError: the first problem found, naming the file and the field.
@@ -69,13 +72,18 @@ def load_study(
         from explorer.passthrough import check_training_arguments
 
         check_training_arguments(spec.workload.training_arguments, file=label)
-    model_path = model_path_of(spec, label, base, check_model=check_model)
+    probe = check_model if check_launcher is None else check_launcher
+    model_path = model_path_of(
+        spec, label, base, check_model=check_model, probe_hub=probe if check_hub is None else check_hub
+    )
     dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
     _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
-    if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
+    if spec.launcher.kind == "ray" and probe:
         check_ray_address(spec.launcher.address, file=label)
+    if check_model:
+        _check_local_cuda(spec, label)
     storage_url, output_dir = storage_and_run_folder(
         spec, label, base, file_storage=file_storage, from_cli=storage is not None
     )
@@ -89,6 +97,25 @@ def load_study(
         dataset_path=dataset_path,
         replay_table=table,
     )
+
+
+def _check_local_cuda(spec: StudySpec, label: str) -> None:
+    """``device: cuda`` with the local launcher (no cluster address): the trials run on this
+    machine, which must have a CUDA GPU."""
+    import os
+
+    local = spec.launcher.kind == "ray" and not (spec.launcher.address or os.environ.get("RAY_ADDRESS"))
+    if spec.resources.device != "cuda" or not local:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecError(
+            file=label,
+            field="resources.device",
+            problem="cuda, but this machine has no CUDA GPU (torch.cuda.is_available() is false) and the "
+            "local launcher runs the trials here: use device: cpu or auto, or a Ray cluster (launcher.address)",
+        )
 
 
 def _check_gpu_models(spec: StudySpec, space: SearchSpace, *, label: str, space_label: str) -> None:
