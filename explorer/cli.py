@@ -299,8 +299,8 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     val.add_argument(
         "--offline",
         action="store_true",
-        help="do not probe the Ray cluster (launcher.address / RAY_ADDRESS) nor the Hugging Face hub "
-        "(a model id): check a cluster's study elsewhere",
+        help="check a study meant for another machine: do not probe the Ray cluster (launcher.address / "
+        "RAY_ADDRESS), the Hugging Face hub (a model id) nor this machine's GPU (device: cuda)",
     )
 
 
@@ -366,7 +366,7 @@ def _validate(args: argparse.Namespace) -> int:
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
-        + (" (the Ray address and the hub were not probed)" if args.offline else "")
+        + (" (the Ray address, the hub and the GPU were not probed)" if args.offline else "")
     )
     for name, domain in loaded.space.domains.items():  # every knob the study sets, searched or fixed
         how = "fixed" if len(domain.values) == 1 else "searched"

@@ -25,7 +25,7 @@ from explorer.spec._load import (
     study_spec,
 )
 from explorer.spec._ray_address import check_ray_address
-from explorer.validity import invalid_reason
+from explorer.validity import invalid_reason, invalid_reasons
 
 __all__ = ["load_study"]
 
@@ -79,10 +79,11 @@ def load_study(
     dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
     _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
+    _refuse_never_valid_values(spec, space, space_label)
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
     if spec.launcher.kind == "ray" and probe:
         check_ray_address(spec.launcher.address, file=label)
-    if check_model:
+    if check_model and probe:  # validate --offline checks a study meant for another machine
         _check_local_cuda(spec, label)
     storage_url, output_dir = storage_and_run_folder(
         spec, label, base, file_storage=file_storage, from_cli=storage is not None
@@ -163,6 +164,48 @@ def _refuse_all_invalid(spec: StudySpec, space: SearchSpace, space_label: str) -
         file=space_label,
         field="parameters",
         problem=f"every configuration is invalid on these resources (e.g. {example})",
+    )
+
+
+NEVER_VALID_LIMIT = 100_000
+"""Largest space (product of its domains) whose every configuration is looked at for values that
+can never run; a larger one is not checked (a few seconds per 100,000 configurations)."""
+
+
+def _refuse_never_valid_values(spec: StudySpec, space: SearchSpace, space_label: str) -> None:
+    """Each searched value that no valid configuration of the space takes (a sharding strategy no
+    searched FSDP version has, a GPU count above the resources), by the validity rules
+    (:func:`explorer.validity.invalid_reasons`) and the knobs' conditions (a value shows only in
+    the configurations where its knob applies): one line for the first, naming the rule every
+    configuration with it breaks, and how many other values there are."""
+    searched = {name: d.values for name, d in space.domains.items() if len(d.values) > 1}
+    if not searched or space.size > NEVER_VALID_LIMIT:
+        return
+    never: dict[tuple[str, object], list[str] | None] = {
+        (n, v): None for n, vs in searched.items() for v in vs
+    }
+    for config in space.enumerate():
+        values = config.to_dict()
+        reasons = list(invalid_reasons(config, spec.resources))
+        for name in searched:
+            key = (name, values.get(name))
+            if key not in never:
+                continue
+            if not reasons:
+                del never[key]
+                continue
+            seen = never[key]  # the rules every configuration with this value broke so far
+            never[key] = reasons if seen is None else [r for r in seen if r in reasons]
+        if not never:
+            return
+    (name, value), common = next(iter(never.items()))
+    reason = (common or ["no valid configuration of the space takes it"])[0]
+    others = ", ".join(f"{n} {v}" for n, v in list(never)[1:])
+    raise SpecError(
+        file=space_label,
+        field=f"parameters.{name}",
+        problem=f"{value} can never run: {reason}; remove it"
+        + (f" (never either: {others})" if others else ""),
     )
 
 

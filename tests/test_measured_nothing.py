@@ -53,7 +53,7 @@ def test_validate_refuses_a_hub_id_it_cannot_reach(tmp_path: Path) -> None:
     # --offline checks the study elsewhere: the hub is not probed
     elsewhere = run_cli("validate", "--offline", str(path), env=_offline(tmp_path))
     assert elsewhere.returncode == 0, elsewhere.stderr
-    assert "the hub were not probed" in elsewhere.stdout
+    assert "the hub and the GPU were not probed" in elsewhere.stdout
     assert not (tmp_path / "s.db").exists()
 
 
