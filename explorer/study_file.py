@@ -12,6 +12,7 @@ import itertools
 from pathlib import Path
 
 from explorer.errors import SpecError, did_you_mean
+from explorer.hardware import with_gpu_model
 from explorer.launch import ReplayTable, accelerator_type
 from explorer.launch._select import replay_selection
 from explorer.space import SearchSpace
@@ -60,6 +61,13 @@ def load_study(
     label = str(path)
     spec, file_storage = study_spec(file, storage=storage, n_trials=n_trials, replay_table=replay_table)
     base = file.resolve().parent
+    storage_url, output_dir = storage_and_run_folder(
+        spec, label, base, file_storage=file_storage, from_cli=storage is not None
+    )
+    probe = check_model if check_launcher is None else check_launcher
+    spec, _ = with_gpu_model(
+        spec, label, probe=probe, stored=lambda: _stored_gpu_model(storage_url, spec.name)
+    )
     space_label, space_raw = space_source(spec, label, base)
     space = SearchSpace.from_raw(
         space_raw,
@@ -72,7 +80,6 @@ def load_study(
         from explorer.passthrough import check_training_arguments
 
         check_training_arguments(spec.workload.training_arguments, file=label)
-    probe = check_model if check_launcher is None else check_launcher
     model_path = model_path_of(
         spec, label, base, check_model=check_model, probe_hub=probe if check_hub is None else check_hub
     )
@@ -85,9 +92,6 @@ def load_study(
         check_ray_address(spec.launcher.address, file=label)
     if check_model and probe:  # validate --offline checks a study meant for another machine
         _check_local_cuda(spec, label)
-    storage_url, output_dir = storage_and_run_folder(
-        spec, label, base, file_storage=file_storage, from_cli=storage is not None
-    )
     return LoadedStudy(
         spec=spec,
         space=space,
@@ -98,6 +102,14 @@ def load_study(
         dataset_path=dataset_path,
         replay_table=table,
     )
+
+
+def _stored_gpu_model(storage_url: str, name: str) -> str | None:
+    """The GPU model stored with the study (its identity), for a command that only reads it."""
+    from explorer.study._identity import stored_identity
+
+    model = (stored_identity(storage_url, name) or {}).get("resources.gpu_model")
+    return model if isinstance(model, str) else None
 
 
 def _check_local_cuda(spec: StudySpec, label: str) -> None:

@@ -63,14 +63,22 @@ def _write(
 
 
 def _snapshot(root: Path) -> tuple[int, dict[str, str]]:
-    """The stored trials, and every file under ``root`` with its sha256."""
-    study = open_existing_study(load_study(root / STUDY, check_model=False))
+    """The stored trials (counted through a connection closed at once, so that no WAL file is
+    left open), and every file under ``root`` with its sha256."""
+    import sqlite3
+
     files = {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in root.rglob("*")
         if p.is_file()
     }
-    return len(study.trials), files
+    (db,) = root.glob("benchmarks/plan_studies/*.db")
+    con = sqlite3.connect(db)
+    try:
+        (trials,) = con.execute("SELECT COUNT(*) FROM trials").fetchone()
+    finally:
+        con.close()
+    return trials, files
 
 
 def _other_dataset(data: dict[str, Any]) -> None:

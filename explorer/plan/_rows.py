@@ -141,7 +141,7 @@ def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) 
     points = scaling_points(rows)
     return StudyRows(
         study=loaded.spec.name,
-        gpu_model=loaded.spec.resources.gpu_model,
+        gpu_model=loaded.spec.resources.model,
         gpus_per_node=loaded.spec.resources.gpus_per_node,
         measured=rows,
         points=points,

@@ -31,6 +31,7 @@ __all__ = [
     "LoadedStudy",
     "dataset_path_of",
     "model_path_of",
+    "pydantic_error",
     "read_yaml",
     "resolve_path",
     "space_source",
@@ -137,7 +138,7 @@ def _refuse_duplicate_keys(name: str, root: yaml.Node | None) -> None:
                 stack.append((value_node, field))
 
 
-def _pydantic_error(file: str, exc: ValidationError) -> SpecError:
+def pydantic_error(file: str, exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
     msg = err["msg"]
@@ -240,7 +241,7 @@ def study_spec(
     try:
         return StudySpec.model_validate(raw), file_storage
     except ValidationError as exc:
-        raise _pydantic_error(label, exc) from None
+        raise pydantic_error(label, exc) from None
 
 
 def space_source(spec: StudySpec, label: str, base: Path) -> tuple[str, Any]:

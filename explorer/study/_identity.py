@@ -22,7 +22,7 @@ from explorer.store import job_identity
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["IDENTITY_ATTR", "check_identity", "first_difference", "refuse_other_job"]
+__all__ = ["IDENTITY_ATTR", "check_identity", "first_difference", "refuse_other_job", "stored_identity"]
 
 IDENTITY_ATTR = "identity"
 """Study user attr: the job the study measures (:func:`explorer.store.job_identity`)."""
@@ -60,38 +60,51 @@ def check_identity(study: optuna.Study, loaded: LoadedStudy) -> None:
     _refuse(loaded, stored, new)
 
 
+def stored_identity(storage_url: str, name: str) -> dict[str, Any] | None:
+    """The identity stored with study ``name``, read without writing anything: an sqlite file is
+    read through a plain connection (not switched to WAL, not created where it does not exist).
+    ``None``: no such file or study, no identity stored, or a storage that cannot be read here
+    (the commands that open it report why)."""
+    import optuna
+    import sqlalchemy
+    from sqlalchemy.engine import make_url
+
+    url = make_url(storage_url)
+    database = url.database or ""
+    sqlite = url.get_backend_name() == "sqlite"
+    if sqlite and (database in ("", ":memory:") or not Path(database).is_file()):
+        return None
+    try:
+        storage = optuna.storages.RDBStorage(
+            storage_url,
+            skip_compatibility_check=True,
+            skip_table_creation=True,
+            engine_kwargs={"connect_args": {"timeout": 10} if sqlite else {"connect_timeout": 10}},
+        )
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError):  # not readable here: left to open_storage
+        return None
+    try:
+        stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get(IDENTITY_ATTR)
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # no such study (yet), or no Optuna tables
+        return None
+    finally:
+        storage.engine.dispose()
+    return stored if isinstance(stored, dict) else None
+
+
 def refuse_other_job(loaded: LoadedStudy) -> None:
     """:func:`check_identity` before the storage is opened for writing, where opening it writes:
     an sqlite file is switched to WAL as ``optimize`` opens it (:func:`explorer.study.open_storage`),
-    which changes its bytes. The stored study is read through a plain connection; a file that does
-    not exist, is not Optuna's, or holds no such study is left to the usual path, which reports
-    what is wrong with it. Other storages are checked by :func:`check_identity` alone (opening an
+    which changes its bytes. Other storages are checked by :func:`check_identity` alone (opening an
     existing study there writes nothing).
 
     Raises:
         SpecError: as :func:`check_identity`.
     """
-    import optuna
-    import sqlalchemy
-    from sqlalchemy.engine import make_url
-
-    url = make_url(loaded.storage_url)
-    database = url.database or ""
-    if url.get_backend_name() != "sqlite" or database in ("", ":memory:") or not Path(database).is_file():
+    if not loaded.storage_url.startswith("sqlite"):
         return
-    try:
-        storage = optuna.storages.RDBStorage(
-            loaded.storage_url, skip_compatibility_check=True, skip_table_creation=True
-        )
-    except sqlalchemy.exc.SQLAlchemyError:  # not an Optuna file: open_storage says what it is
-        return
-    try:
-        stored = optuna.load_study(study_name=loaded.spec.name, storage=storage).user_attrs.get(IDENTITY_ATTR)
-    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # no such study (yet), or no Optuna tables
-        return
-    finally:
-        storage.engine.dispose()
-    if isinstance(stored, dict):
+    stored = stored_identity(loaded.storage_url, loaded.spec.name)
+    if stored is not None:
         _refuse(loaded, stored, json.loads(json.dumps(job_identity(loaded))))
 
 

@@ -79,7 +79,7 @@ def open_study(
                 SETTINGS_ATTR,
                 objective_settings(
                     prices=dict(spec.prices),
-                    gpu_model=spec.resources.gpu_model,
+                    gpu_model=spec.resources.model,
                     total_tokens=budget.total_tokens if budget else None,
                 ),
             )
