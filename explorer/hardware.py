@@ -28,8 +28,10 @@ from explorer.spec import StudySpec
 
 __all__ = ["CPU_MODEL", "device_gpu_model", "hyphenated", "with_gpu_model"]
 
-CPU_MODEL = "CPU"
-"""The GPU model of trials that run on the CPU, where the study file names none."""
+CPU_MODEL = "CPU-logical"
+"""The GPU model of trials that run on the CPU, where the study file names none: the CPU's
+processes standing in for GPUs (Ray's logical GPUs), as the CPU studies name it. Not ``CPU``:
+the model is also a Ray resource, and Ray keeps ``CPU`` for its cores."""
 FIELD = "resources.gpu_model"
 
 

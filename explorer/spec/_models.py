@@ -393,7 +393,7 @@ class ResourcesSpec(_Spec):
     """Name of the GPU model; also requested as a Ray custom resource, as ado does. With
     :attr:`gpu_models`: the default of the ``gpu_model`` knob (the first declared model when left
     out), one of the declared models. Left out with one model: read from the device when the
-    study is loaded (:mod:`explorer.hardware`): ``CPU`` for ``device: cpu``, the GPU's name from
+    study is loaded (:mod:`explorer.hardware`): ``CPU-logical`` for ``device: cpu``, the GPU's name from
     NVML on this machine's CUDA; required on a Ray cluster and for a replay table. Never guessed."""
     gpu_models: dict[NonEmptyStr, PositiveInt] | None = None
     """The GPU models trials may run on, with the GPUs of each (``{NVIDIA-H100-80GB-HBM3: 8,
