@@ -8,6 +8,7 @@ job on the same hardware share their measurements, whatever their names or files
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -30,9 +31,17 @@ def _digest(data: Any) -> str:
 
 
 def _file_sha256(path: Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks (a dataset may be large)."""
+    """sha256 of a file's bytes (read once per process while its size and mtime stay the same:
+    a dataset may be large, and a run asks for its identity and keys a few times)."""
+    stat = path.stat()
+    return _sha256_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256_of(path: str, size: int, mtime_ns: int) -> str:
+    """sha256 of the file at ``path`` (``size`` and ``mtime_ns`` key the cache), in 1 MiB blocks."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -47,8 +56,9 @@ def _workload(loaded: LoadedStudy) -> dict[str, Any]:
     all), so their digests are those of earlier versions."""
     workload = loaded.spec.workload.model_dump(mode="json")
     workload["model"]["path"] = loaded.model_path
-    config = Path(loaded.model_path) / "config.json" if loaded.model_path else None
-    if config is not None and config.is_file():
+    local = loaded.model_path is not None and Path(loaded.model_path).is_absolute()  # not a hub id
+    config = Path(loaded.model_path or "") / "config.json"
+    if local and config.is_file():
         workload["model"]["config_sha256"] = _file_sha256(config)
     workload["dataset"]["path"] = str(loaded.dataset_path) if loaded.dataset_path else None
     if loaded.dataset_path is not None and loaded.dataset_path.is_file():
