@@ -107,7 +107,7 @@ def test_status_polled_every_second_does_not_disturb_a_running_study(write_study
             "search_space": {
                 "parameters": {
                     "batch_size": {"values": [4, 8]},
-                    "number_gpus": {"values": [1, 2, 3]},
+                    "number_gpus": {"values": [1, 2]},
                     "distributed_backend": "DDP",
                     "gradient_checkpointing": {"choices": [False, True]},
                 }
