@@ -287,7 +287,8 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "validate",
         help="check a study file and its search space; write nothing",
         description="Check STUDY.yaml and its search space as `optimize` would (every field, every "
-        "parameter, the model and dataset files, the storage URL, the Ray address) and list each "
+        "parameter and each searched value that no valid configuration can take, the model and dataset "
+        "files, a hub model id, the storage URL and its driver, the Ray address, a local CUDA GPU) and list each "
         "parameter with its values. Nothing is created or written; a problem is one line naming the "
         "file and field, with exit status 2.",
     )
