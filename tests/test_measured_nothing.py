@@ -45,7 +45,13 @@ def test_validate_refuses_a_hub_id_it_cannot_reach(tmp_path: Path) -> None:
     assert f"{path}: workload.model.path: hub id {HUB_ID} is not in the local Hugging Face cache" in line
     assert "HF_HUB_OFFLINE" in line
     closed = run_cli(
-        "validate", str(path), env={"HF_HOME": str(tmp_path / "hf-home"), "HF_ENDPOINT": "http://127.0.0.1:9"}
+        "validate",
+        str(path),
+        env={
+            "HF_HOME": str(tmp_path / "hf-home"),
+            "HF_ENDPOINT": "http://127.0.0.1:9",
+            "HF_HUB_OFFLINE": "0",
+        },
     )
     assert closed.returncode == 2 and "Traceback" not in closed.stderr
     (line,) = closed.stderr.splitlines()
