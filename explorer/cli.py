@@ -78,6 +78,12 @@ def _optimize_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     opt.add_argument(
         "--debug", action="store_true", help="on an error, print its traceback (secrets masked), not one line"
     )
+    opt.add_argument(
+        "--no-hub-check",
+        action="store_true",
+        help="do not require a hub model id to be cached or reachable from this machine (a cluster's "
+        "workers may reach the hub where the driver cannot)",
+    )
 
 
 def _measure_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -284,7 +290,8 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         "validate",
         help="check a study file and its search space; write nothing",
         description="Check STUDY.yaml and its search space as `optimize` would (every field, every "
-        "parameter, the model and dataset files, the storage URL, the Ray address) and list each "
+        "parameter and each searched value that no valid configuration can take, the model and dataset "
+        "files, a hub model id, the storage URL and its driver, the Ray address, a local CUDA GPU) and list each "
         "parameter with its values. Nothing is created or written; a problem is one line naming the "
         "file and field, with exit status 2.",
     )
@@ -296,7 +303,8 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     val.add_argument(
         "--offline",
         action="store_true",
-        help="do not probe the Ray cluster (launcher.address / RAY_ADDRESS): check a cluster's study elsewhere",
+        help="check a study meant for another machine: do not probe the Ray cluster (launcher.address / "
+        "RAY_ADDRESS), the Hugging Face hub (a model id) nor this machine's GPU (device: cuda)",
     )
 
 
@@ -366,7 +374,7 @@ def _validate(args: argparse.Namespace) -> int:
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "
         f"at most {loaded.space.size} configurations, {loaded.spec.n_trials} trials"
-        + (" (the Ray address was not probed)" if args.offline and loaded.spec.launcher.kind == "ray" else "")
+        + (" (the Ray address, the hub and the GPU were not probed)" if args.offline else "")
     )
     for name, domain in loaded.space.domains.items():  # every knob the study sets, searched or fixed
         how = "fixed" if len(domain.values) == 1 else "searched"
@@ -503,7 +511,12 @@ def _optimize(args: argparse.Namespace) -> int:
     from explorer.study import open_study, optimize, study_utilization
     from explorer.study_file import load_study
 
-    loaded = load_study(args.study, storage=args.storage, n_trials=args.n_trials)
+    loaded = load_study(
+        args.study,
+        storage=args.storage,
+        n_trials=args.n_trials,
+        check_hub=False if args.no_hub_check else None,
+    )
     live = terminal_progress()
     if live is None:  # not a terminal: the plain lines
         result = optimize(loaded, reclaim_all=args.reclaim_running)
@@ -519,6 +532,9 @@ def _optimize(args: argparse.Namespace) -> int:
     used = study_utilization(open_study(loaded, create=False))
     if used is not None:
         print(used.describe())
+    if result.measured_nothing:  # every trial of this run crashed: not a success
+        print(f"explorer: {result.measured_nothing}", file=sys.stderr)
+        return 1
     return 0
 
 

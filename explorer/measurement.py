@@ -106,9 +106,11 @@ class Properties:
         ci = self.step_time_rel_ci
         if ci is None or ci <= target_rel_ci:
             return None
+        advice = _LONGER_WINDOW.get(self.stop_reason)
         return (
             f"imprecise: step-time 95% CI +-{100 * ci:.1f}% misses the +-{100 * target_rel_ci:.2g}% target "
-            f"(stopped: {self.stop_reason}); a busy machine or too few steps: measure again or raise max_steps"
+            f"(stopped: {self.stop_reason})"
+            + (f"; a busy machine or too few steps: measure again or {advice}" if advice else "")
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +118,18 @@ class Properties:
         data = dataclasses.asdict(self)
         data.update(data.pop("system"))
         return data
+
+
+_LONGER_WINDOW = {
+    "steps": "raise measured_steps",
+    "max_steps": "raise max_steps",
+    "max_seconds": "raise max_seconds",
+    "stop_after_seconds": "raise stop_after_seconds",
+    "warmup_then_stable": "raise stable_seconds or stable_steps",
+    "end of data": "give the dataset more entries",
+}
+"""What lengthens the measured window, by what ended it (the stop rule's ``stop_reason``): the
+advice of :meth:`Properties.imprecise` names the field of the rule in use."""
 
 
 @dataclass(frozen=True, kw_only=True)

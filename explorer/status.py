@@ -66,13 +66,14 @@ def _table_lines(rows: list[tuple[str, ...]]) -> list[str]:
     import io
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, show_edge=False)
     for name, justify in _COLUMNS:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*map(escape, row))  # an error's "[rank0]:" is text, not rich markup
     console = Console(file=io.StringIO(), width=400, color_system=None, highlight=False)
     console.print(table)
     return [line.rstrip() for line in console.file.getvalue().splitlines()]  # type: ignore[attr-defined]

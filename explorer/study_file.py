@@ -12,6 +12,7 @@ import itertools
 from pathlib import Path
 
 from explorer.errors import SpecError, did_you_mean
+from explorer.hardware import with_gpu_model
 from explorer.launch import ReplayTable, accelerator_type
 from explorer.launch._select import replay_selection
 from explorer.space import SearchSpace
@@ -25,7 +26,7 @@ from explorer.spec._load import (
     study_spec,
 )
 from explorer.spec._ray_address import check_ray_address
-from explorer.validity import invalid_reason
+from explorer.validity import invalid_reason, invalid_reasons
 
 __all__ = ["load_study"]
 
@@ -38,6 +39,7 @@ def load_study(
     replay_table: str | Path | None = None,
     check_model: bool = True,
     check_launcher: bool | None = None,
+    check_hub: bool | None = None,
 ) -> LoadedStudy:
     """Read and validate a study file and everything it points to.
 
@@ -49,6 +51,8 @@ def load_study(
         check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
             with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
             only read a stored study do not need the cluster).
+        check_hub: require a hub model id to be in the local cache or reachable (a request of a
+            few seconds at most); default: as ``check_launcher``.
 
     Raises:
         SpecError: the first problem found, naming the file and the field.
@@ -57,6 +61,13 @@ def load_study(
     label = str(path)
     spec, file_storage = study_spec(file, storage=storage, n_trials=n_trials, replay_table=replay_table)
     base = file.resolve().parent
+    storage_url, output_dir = storage_and_run_folder(
+        spec, label, base, file_storage=file_storage, from_cli=storage is not None
+    )
+    probe = check_model if check_launcher is None else check_launcher
+    spec, _ = with_gpu_model(
+        spec, label, probe=probe, stored=lambda: _stored_gpu_model(storage_url, spec.name)
+    )
     space_label, space_raw = space_source(spec, label, base)
     space = SearchSpace.from_raw(
         space_raw,
@@ -69,16 +80,18 @@ def load_study(
         from explorer.passthrough import check_training_arguments
 
         check_training_arguments(spec.workload.training_arguments, file=label)
-    model_path = model_path_of(spec, label, base, check_model=check_model)
+    model_path = model_path_of(
+        spec, label, base, check_model=check_model, probe_hub=probe if check_hub is None else check_hub
+    )
     dataset_path = dataset_path_of(spec, label, base, model_path=model_path)
     _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
+    _refuse_never_valid_values(spec, space, space_label)
     table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
-    if spec.launcher.kind == "ray" and (check_model if check_launcher is None else check_launcher):
+    if spec.launcher.kind == "ray" and probe:
         check_ray_address(spec.launcher.address, file=label)
-    storage_url, output_dir = storage_and_run_folder(
-        spec, label, base, file_storage=file_storage, from_cli=storage is not None
-    )
+    if check_model and probe:  # validate --offline checks a study meant for another machine
+        _check_local_cuda(spec, label)
     return LoadedStudy(
         spec=spec,
         space=space,
@@ -89,6 +102,33 @@ def load_study(
         dataset_path=dataset_path,
         replay_table=table,
     )
+
+
+def _stored_gpu_model(storage_url: str, name: str) -> str | None:
+    """The GPU model stored with the study (its identity), for a command that only reads it."""
+    from explorer.study._identity import stored_identity
+
+    model = (stored_identity(storage_url, name) or {}).get("resources.gpu_model")
+    return model if isinstance(model, str) else None
+
+
+def _check_local_cuda(spec: StudySpec, label: str) -> None:
+    """``device: cuda`` with the local launcher (no cluster address): the trials run on this
+    machine, which must have a CUDA GPU."""
+    import os
+
+    local = spec.launcher.kind == "ray" and not (spec.launcher.address or os.environ.get("RAY_ADDRESS"))
+    if spec.resources.device != "cuda" or not local:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecError(
+            file=label,
+            field="resources.device",
+            problem="cuda, but this machine has no CUDA GPU (torch.cuda.is_available() is false) and the "
+            "local launcher runs the trials here: use device: cpu or auto, or a Ray cluster (launcher.address)",
+        )
 
 
 def _check_gpu_models(spec: StudySpec, space: SearchSpace, *, label: str, space_label: str) -> None:
@@ -136,6 +176,48 @@ def _refuse_all_invalid(spec: StudySpec, space: SearchSpace, space_label: str) -
         file=space_label,
         field="parameters",
         problem=f"every configuration is invalid on these resources (e.g. {example})",
+    )
+
+
+NEVER_VALID_LIMIT = 100_000
+"""Largest space (product of its domains) whose every configuration is looked at for values that
+can never run; a larger one is not checked (a few seconds per 100,000 configurations)."""
+
+
+def _refuse_never_valid_values(spec: StudySpec, space: SearchSpace, space_label: str) -> None:
+    """Each searched value that no valid configuration of the space takes (a sharding strategy no
+    searched FSDP version has, a GPU count above the resources), by the validity rules
+    (:func:`explorer.validity.invalid_reasons`) and the knobs' conditions (a value shows only in
+    the configurations where its knob applies): one line for the first, naming the rule every
+    configuration with it breaks, and how many other values there are."""
+    searched = {name: d.values for name, d in space.domains.items() if len(d.values) > 1}
+    if not searched or space.size > NEVER_VALID_LIMIT:
+        return
+    never: dict[tuple[str, object], list[str] | None] = {
+        (n, v): None for n, vs in searched.items() for v in vs
+    }
+    for config in space.enumerate():
+        values = config.to_dict()
+        reasons = list(invalid_reasons(config, spec.resources))
+        for name in searched:
+            key = (name, values.get(name))
+            if key not in never:
+                continue
+            if not reasons:
+                del never[key]
+                continue
+            seen = never[key]  # the rules every configuration with this value broke so far
+            never[key] = reasons if seen is None else [r for r in seen if r in reasons]
+        if not never:
+            return
+    (name, value), common = next(iter(never.items()))
+    reason = (common or ["no valid configuration of the space takes it"])[0]
+    others = ", ".join(f"{n} {v}" for n, v in list(never)[1:])
+    raise SpecError(
+        file=space_label,
+        field=f"parameters.{name}",
+        problem=f"{value} can never run: {reason}; remove it"
+        + (f" (never either: {others})" if others else ""),
     )
 
 

@@ -5,55 +5,62 @@ A configuration that breaks one is recorded as infeasible (``invalid``) with the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["invalid_reason"]
+__all__ = ["invalid_reason", "invalid_reasons"]
 
 
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
-    """Why ``config`` cannot run on ``resources``, or ``None`` if it may.
+    """Why ``config`` cannot run on ``resources`` (the first rule it breaks), or ``None`` if it may.
 
     Rules from ado's SFTTrainer (seed 001, "Validation"), plus the limits of what FSDP2 can express
     (its sharding strategies; an optimizer whose states are not DTensors).
     """
+    return next(invalid_reasons(config, resources), None)
+
+
+def invalid_reasons(config: TrialConfig, resources: ResourcesSpec) -> Iterator[str]:
+    """Every rule of :func:`invalid_reason` that ``config`` breaks, in order."""
     if config.batch_size < 1:
-        return "batch_size is less than 1"
+        yield "batch_size is less than 1"
     if config.number_nodes < 1:
-        return "number_nodes is less than 1"
+        yield "number_nodes is less than 1"
+        return  # the rules below divide by it
     if config.number_gpus % config.number_nodes:
-        return f"number_gpus {config.number_gpus} is not divisible by number_nodes {config.number_nodes}"
+        yield f"number_gpus {config.number_gpus} is not divisible by number_nodes {config.number_nodes}"
     if config.batch_size % config.number_gpus:
-        return f"batch_size {config.batch_size} is not divisible by number_gpus {config.number_gpus}"
+        yield f"batch_size {config.batch_size} is not divisible by number_gpus {config.number_gpus}"
     if config.number_gpus > 0 and not resources.gpu_model:
-        return "gpu_model is empty"
+        yield "gpu_model is empty"
     if resources.gpu_models and resources.gpus_of(config.gpu_model) == 0:
-        return f"gpu_model {config.gpu_model} is not one of resources.gpu_models"
+        yield f"gpu_model {config.gpu_model} is not one of resources.gpu_models"
     if resources.gpu_models and config.number_gpus > resources.gpus_of(config.gpu_model):
         model = resources.model_of(config.gpu_model)
-        return f"number_gpus {config.number_gpus} exceeds the {resources.gpus_of(model)} GPUs of {model}"
+        yield f"number_gpus {config.number_gpus} exceeds the {resources.gpus_of(model)} GPUs of {model}"
     if config.number_gpus > resources.total_gpus:
-        return f"number_gpus {config.number_gpus} exceeds the {resources.total_gpus} GPUs of the resources"
+        yield f"number_gpus {config.number_gpus} exceeds the {resources.total_gpus} GPUs of the resources"
     if config.number_nodes > resources.nodes:
-        return f"number_nodes {config.number_nodes} exceeds the {resources.nodes} nodes of the resources"
+        yield f"number_nodes {config.number_nodes} exceeds the {resources.nodes} nodes of the resources"
     if config.number_gpus // config.number_nodes > resources.gpus_per_node:
-        return (
+        yield (
             f"{config.number_gpus // config.number_nodes} GPUs per node exceeds "
             f"gpus_per_node {resources.gpus_per_node}"
         )
     if config.fsdp_version == 2 and config.fsdp_sharding_strategy in ("NO_SHARD", "HYBRID_SHARD"):
-        return (
+        yield (
             f"FSDP2 has no {config.fsdp_sharding_strategy}: accelerate's FSDP2 only reshards "
             "after forward (FULL_SHARD) or not (SHARD_GRAD_OP)"
         )
     if config.fsdp_version == 2 and config.optim == "adafactor":
-        return (
+        yield (
             "optim adafactor cannot run under FSDP2: transformers' Adafactor keeps its factored "
             "second moments as plain tensors, which FSDP2's sharded (DTensor) parameters refuse"
         )
     if config.fsdp_version == 2 and config.optim == "adamw_bnb_8bit":
-        return (
+        yield (
             "optim adamw_bnb_8bit cannot run under FSDP2: bitsandbytes' 8-bit AdamW steps on FSDP2's "
             "sharded (DTensor) parameters end in an illegal memory access (bitsandbytes#1633, open)"
         )
-    return None

@@ -95,12 +95,20 @@ def _assert_one_line_error(proc: subprocess.CompletedProcess[str], case: str) ->
 
 @pytest.fixture(scope="session")
 def pristine_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An Optuna sqlite file holding one unrelated study ("other"), made once per session."""
+    """An Optuna sqlite file holding an unrelated study ("other") and one created with another job
+    ("stored-job"), made once per session."""
     import optuna
+
+    from explorer.store import job_identity
+    from explorer.study_file import load_study
 
     path = tmp_path_factory.mktemp("pristine") / "pristine.db"
     storage = optuna.storages.RDBStorage(f"sqlite:///{path}")
     optuna.create_study(study_name="other", storage=storage)
+    # the study of identity_changed_sequence_length.yaml, as created with model_max_length 64
+    stored = optuna.create_study(study_name="stored-job", storage=storage, direction="maximize")
+    identity = job_identity(load_study(CORPUS / "identity_changed_sequence_length.yaml", check_model=False))
+    stored.set_user_attr("identity", {**identity, "workload.model_max_length": 64})
     storage.engine.dispose()
     return path
 
@@ -127,6 +135,11 @@ def test_bad_input_fails_with_one_line(
     case: str, storage_copy: tuple[Path, str], in_repo: None, capsys: pytest.CaptureFixture[str]
 ):
     own_storage = bool(EXPECTED[case].get("own_storage"))
+    if EXPECTED[case].get("no_gpu_only"):
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("torch sees a CUDA GPU here: device: cuda is valid on this machine")
     db, digest = storage_copy
     args = ["optimize", f"tests/bad_inputs/{case}"]
     if not own_storage:

@@ -83,3 +83,9 @@ def test_a_precise_enough_measurement_is_not_flagged():
     wide = dataclasses.replace(p, step_time_rel_ci=0.15, stop_reason="max_steps")
     assert "+-15.0%" in (wide.imprecise(0.02) or "") and wide.imprecise(0.2) is None
     assert dataclasses.replace(p, step_time_rel_ci=None).imprecise(0.02) is None
+    # the advice names what lengthens the window under the stop rule that ended it
+    assert (wide.imprecise(0.02) or "").endswith("measure again or raise max_steps")
+    steps = dataclasses.replace(wide, stop_reason="steps").imprecise(0.02) or ""
+    assert steps.endswith("measure again or raise measured_steps") and "max_steps" not in steps
+    timed = dataclasses.replace(wide, stop_reason="stop_after_seconds").imprecise(0.02) or ""
+    assert timed.endswith("raise stop_after_seconds") and "max_steps" not in timed

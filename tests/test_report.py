@@ -76,14 +76,15 @@ def _replayed_study(write_study, tmp_path: Path) -> Path:
         {
             "storage": f"sqlite:///{tmp_path}/s.db",
             "n_trials": 18,
-            # random, so that the history has an invalid proposal (3 GPUs) to draw: the default
-            # sampler's own proposals are never invalid
+            # random, so that the history has an invalid proposal (batch 3 on 2 GPUs) to draw:
+            # the default sampler's own proposals are never invalid (batch 3 on 1 GPU is valid
+            # and fails, absent from the table; a value no configuration can take is refused)
             "sampler": {"kind": "random", "seed": 0},
             "launcher": {"kind": "replay", "table": "table.csv", "max_retries": 0},
             "search_space": {
                 "parameters": {
-                    "batch_size": {"values": [4, 8, 16, 32, 64]},
-                    "number_gpus": {"values": [1, 2, 3]},
+                    "batch_size": {"values": [3, 4, 8, 16, 32, 64]},
+                    "number_gpus": {"values": [1, 2]},
                     "distributed_backend": {"choices": ["DDP", "FSDP"]},
                     "fsdp_version": 1,
                     "fsdp_sharding_strategy": {"choices": ["FULL_SHARD", "SHARD_GRAD_OP"]},

@@ -2,7 +2,9 @@
 
 ``benchmarks/results/search_sequences.json`` holds, for the project's own tables, every trial that
 ``explorer benchmark-search`` ran for each variant and seed (configuration key and how it was
-answered), recorded before the knob registry existed. The same seeds must walk the same
+answered), recorded before the knob registry existed (the ``cpu-quickstart`` runs again when the
+quickstart space dropped ``number_gpus: 3``, a value that can never run on its 2-GPU node and
+that validation refuses since issue 22). The same seeds must walk the same
 sequences now: the suggestion order, the conditional structure, OOM inference, the priors and the
 configuration keys all show in them.
 

@@ -62,8 +62,8 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
             "n_trials": 4,
             "search_space": {
                 "parameters": {
-                    "batch_size": {"values": [4, 8, 1024]},
-                    "number_gpus": {"values": [1, 2, 3]},
+                    "batch_size": {"values": [3, 4, 8, 1024]},
+                    "number_gpus": {"values": [1, 2]},
                     "distributed_backend": {"choices": ["DDP", "FSDP"]},
                     "fsdp_version": {"choices": [1, 2]},
                     "fsdp_sharding_strategy": {"choices": ["FULL_SHARD", "SHARD_GRAD_OP"]},
@@ -79,7 +79,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     _enqueue(
         loaded,
         [
-            _cfg(number_gpus=3, distributed_backend="DDP", batch_size=4),  # invalid: 3 > 2 GPUs, 4 % 3
+            _cfg(number_gpus=2, distributed_backend="DDP", batch_size=3),  # invalid: 3 % 2
             _cfg(batch_size=1024),  # OOM under the 0.5 GiB cap
             fsdp,
             fsdp,  # proposed again: answered from the first measurement, not run, not counted
@@ -103,7 +103,7 @@ def test_optimize_records_ok_oom_invalid_and_resumes_without_starting_over(write
     assert len(trials) == 4
 
     invalid = next(t for t in trials.values() if status_of(t) == "invalid")
-    assert "not divisible by number_gpus 3" in invalid.user_attrs["error"]
+    assert "batch_size 3 is not divisible by number_gpus 2" in invalid.user_attrs["error"]
     assert invalid.state == optuna.trial.TrialState.COMPLETE and invalid.system_attrs["constraints"] == [1.0]
     assert invalid.user_attrs["is_valid"] == 0 and invalid.user_attrs["wall_seconds"] == 0
     assert not (loaded.output_dir / f"trial-{invalid.number:05d}").exists()  # never launched

@@ -324,7 +324,7 @@ class RayLauncher:
         resources = resources or spec.resources
         return cls(
             total_gpus=resources.total_gpus,
-            gpu_model=resources.gpu_model,
+            gpu_model=resources.model,
             address=spec.launcher.address,
             runner=spec.launcher.runner,
             timeout_s=spec.measurement.trial_timeout_s,

@@ -176,7 +176,7 @@ def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) 
     points = scaling_points(rows)
     return StudyRows(
         study=loaded.spec.name,
-        gpu_model=resources.gpu_model,
+        gpu_model=resources.model,
         gpus_per_node=resources.gpus_per_node,
         nodes=resources.nodes,
         measured=rows,

@@ -56,7 +56,8 @@ def print_summary(
     for line in pareto_lines(study):
         printer(line)
     printer(f"storage: {mask_url(loaded.storage_url)} (study {loaded.spec.name!r})")
-    for line in hint_lines(loaded, then=("report", "best")):  # each runs as printed
+    then = () if result.measured_nothing else ("report", "best")  # nothing to report on
+    for line in hint_lines(loaded, then=then):  # each runs as printed
         printer(line)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "LoadedStudy",
     "dataset_path_of",
     "model_path_of",
+    "pydantic_error",
     "read_yaml",
     "resolve_path",
     "space_source",
@@ -137,7 +138,7 @@ def _refuse_duplicate_keys(name: str, root: yaml.Node | None) -> None:
                 stack.append((value_node, field))
 
 
-def _pydantic_error(file: str, exc: ValidationError) -> SpecError:
+def pydantic_error(file: str, exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
     msg = err["msg"]
@@ -240,7 +241,7 @@ def study_spec(
     try:
         return StudySpec.model_validate(raw), file_storage
     except ValidationError as exc:
-        raise _pydantic_error(label, exc) from None
+        raise pydantic_error(label, exc) from None
 
 
 def space_source(spec: StudySpec, label: str, base: Path) -> tuple[str, Any]:
@@ -259,9 +260,11 @@ def space_source(spec: StudySpec, label: str, base: Path) -> tuple[str, Any]:
     return space_label, read_yaml(space_file, label=space_label)
 
 
-def model_path_of(spec: StudySpec, label: str, base: Path, *, check_model: bool) -> str | None:
+def model_path_of(
+    spec: StudySpec, label: str, base: Path, *, check_model: bool, probe_hub: bool = False
+) -> str | None:
     """The model's local folder or hub id (``None``: built from its architecture, checked here
-    when ``check_model``)."""
+    when ``check_model``); a hub id must be in the local cache or reachable (``probe_hub``)."""
     model = spec.workload.model
     field = "workload.model.path"
     if model.path is None:
@@ -284,8 +287,44 @@ def model_path_of(spec: StudySpec, label: str, base: Path, *, check_model: bool)
             problem=f"{model.path} is a file; give the model's folder (with config.json) or a hub id",
         )
     if model.is_hub_id:
+        if probe_hub:
+            check_hub_id(model.path, file=label, field=field)
         return model.path
     raise SpecError(file=label, field=field, problem=f"{model.path} does not exist")
+
+
+HUB_TIMEOUT_S = 10.0
+"""How long the hub may take to answer whether a model id exists."""
+
+
+def check_hub_id(repo: str, *, file: str, field: str) -> None:
+    """A hub model id the trials can load: its ``config.json`` is in the local Hugging Face cache,
+    or the hub (``HF_ENDPOINT``) answers that it exists. Nothing is downloaded.
+
+    Raises:
+        SpecError: offline (``HF_HUB_OFFLINE``) with no cached copy, the hub unreachable, or no
+            such model (or a gated or private one without a token).
+    """
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url, try_to_load_from_cache
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str):
+        return
+    fix = f"download it first (hf download {repo} config.json) or give a local folder"
+    if constants.HF_HUB_OFFLINE:
+        problem = f"hub id {repo} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; {fix}"
+        raise SpecError(file=file, field=field, problem=problem)
+    try:
+        get_hf_file_metadata(hf_hub_url(repo, "config.json"), timeout=HUB_TIMEOUT_S)
+    except (RepositoryNotFoundError, GatedRepoError) as exc:
+        why = "is gated or private (set HF_TOKEN)" if isinstance(exc, GatedRepoError) else "does not exist"
+        raise SpecError(
+            file=file, field=field, problem=f"hub id {repo} {why} on {constants.ENDPOINT}"
+        ) from None
+    except Exception as exc:  # httpx's connect and timeout errors, HTTP errors: the hub is out of reach
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        problem = f"cannot reach {constants.ENDPOINT} for hub id {repo} ({first}), and it is not in the local cache; {fix}"
+        raise SpecError(file=file, field=field, problem=problem) from None
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
@@ -520,4 +559,22 @@ def _check_storage_url(label: str, url: str | None, base: Path, name: str, from_
         if db_path.is_dir():
             raise SpecError(file=file, field=field, problem=f"{db_path} is a folder, not an sqlite file")
         return f"sqlite:///{db_path}"
+    _check_driver(parsed, file=file, field=field)
     return url
+
+
+def _check_driver(parsed: Any, *, file: str, field: str) -> None:
+    """The URL's database driver imports (``mysql://`` needs ``mysqlclient``, ``postgresql://``
+    ``psycopg2``): SQLAlchemy loads the dialect and its DBAPI module, as opening the storage would."""
+    from sqlalchemy.exc import NoSuchModuleError
+
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, NoSuchModuleError) as exc:
+        why = f"no module {exc.name!r}" if isinstance(exc, ImportError) and exc.name else str(exc)
+        raise SpecError(
+            file=file,
+            field=field,
+            problem=f"the database driver of {parsed.drivername}:// cannot be loaded ({why}): install "
+            "it, or name an installed one in the URL (dialect+driver://)",
+        ) from None

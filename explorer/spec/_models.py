@@ -389,10 +389,12 @@ class ResourcesSpec(_Spec):
 
     gpus_per_node: PositiveInt = 1
     nodes: PositiveInt = 1
-    gpu_model: NonEmptyStr = "NVIDIA-A100-SXM4-80GB"
+    gpu_model: NonEmptyStr | None = None
     """Name of the GPU model; also requested as a Ray custom resource, as ado does. With
     :attr:`gpu_models`: the default of the ``gpu_model`` knob (the first declared model when left
-    out), one of the declared models."""
+    out), one of the declared models. Left out with one model: read from the device when the
+    study is loaded (:mod:`explorer.hardware`): ``CPU-logical`` for ``device: cpu``, the GPU's name from
+    NVML on this machine's CUDA; required on a Ray cluster and for a replay table. Never guessed."""
     gpu_models: dict[NonEmptyStr, PositiveInt] | None = None
     """The GPU models trials may run on, with the GPUs of each (``{NVIDIA-H100-80GB-HBM3: 8,
     NVIDIA-A100-SXM4-80GB: 8}``): the values the ``gpu_model`` knob may take. The local Ray
@@ -434,19 +436,25 @@ class ResourcesSpec(_Spec):
         return models
 
     @property
+    def model(self) -> str:
+        """:attr:`gpu_model`, which the loader sets where the file leaves it out
+        (:func:`explorer.hardware.with_gpu_model`); ``unknown`` on a spec built without it."""
+        return self.gpu_model or "unknown"
+
+    @property
     def models(self) -> dict[str, int]:
         """The GPU models trials may run on and the GPUs of each (one model: :attr:`gpu_model`,
         with :attr:`total_gpus`)."""
-        return dict(self.gpu_models) if self.gpu_models else {self.gpu_model: self.gpus_per_node * self.nodes}
+        return dict(self.gpu_models) if self.gpu_models else {self.model: self.gpus_per_node * self.nodes}
 
     def model_of(self, gpu_model: str | None) -> str:
         """The GPU model of a trial whose configuration says ``gpu_model`` (``None``: the
         study's :attr:`gpu_model`)."""
-        return gpu_model or self.gpu_model
+        return gpu_model or self.model
 
     def gpus_of(self, gpu_model: str | None) -> int:
         """The GPUs of ``gpu_model`` (``None``: :attr:`gpu_model`; 0: not declared)."""
-        return self.models.get(gpu_model or self.gpu_model, 0)
+        return self.models.get(gpu_model or self.model, 0)
 
     @property
     def total_gpus(self) -> int:
@@ -748,7 +756,7 @@ class StudySpec(_Spec):
         if self.objective == self.second_objective:
             raise ValueError(f"second_objective: {self.objective} is already the objective")
         models = [self.resources.gpu_model, *(self.resources.gpu_models or {})]
-        unpriced = [m for m in dict.fromkeys(models) if m not in self.prices]
+        unpriced = [m for m in dict.fromkeys(models) if m is not None and m not in self.prices]
         if "tokens_per_dollar" in chosen and unpriced:
             raise ValueError(
                 f"prices: tokens_per_dollar needs a price for {unpriced[0]!r} "

@@ -7,7 +7,7 @@ other study in the same storage, is answered from the store instead of running i
 (``reuse_measurements: false`` in the study file turns this off).
 """
 
-from explorer.store._keys import StoreScope, hardware_key, workload_key
+from explorer.store._keys import StoreScope, hardware_key, job_identity, workload_key
 from explorer.store._store import TABLE_NAME, MeasurementStore, StoredMeasurement
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "StoreScope",
     "StoredMeasurement",
     "hardware_key",
+    "job_identity",
     "workload_key",
 ]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from explorer.search._sampler import make_sampler
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
+from explorer.study._identity import check_identity
 from explorer.study._objectives import (
     OBJECTIVES,
     SECOND_OBJECTIVES,
@@ -67,6 +68,7 @@ def open_study(
                 problem=f"the stored study {loaded.spec.name!r} has other objectives ({', '.join(stored)}); "
                 "use a new name",
             )
+        check_identity(study, loaded)  # the same job as when it was created, or one line
         if study.metric_names is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -77,7 +79,7 @@ def open_study(
                 SETTINGS_ATTR,
                 objective_settings(
                     prices=dict(spec.prices),
-                    gpu_model=spec.resources.gpu_model,
+                    gpu_model=spec.resources.model,
                     total_tokens=budget.total_tokens if budget else None,
                 ),
             )

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._audit import RUN_N_TRIALS
+from explorer.study._identity import refuse_other_job
 from explorer.study._journal import read_ahead
-from explorer.study._lines import describe
+from explorer.study._lines import describe, short
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
 from explorer.study._notes import describe_study
 from explorer.study._open import enqueue_grid, open_existing_study, open_study
@@ -44,6 +45,9 @@ class OptimizeResult:
     n_trials: int
     wall_seconds: float
     statuses: dict[str, int]
+    measured_nothing: str | None = None
+    """Set when every trial this run ended failed (a crash, not an OOM): the common cause, one line
+    (:func:`measured_nothing`); the CLI then exits non-zero."""
 
 
 def optimize(
@@ -109,7 +113,30 @@ def optimize(
         n_trials=spec.n_trials,
         wall_seconds=time.monotonic() - started,
         statuses=statuses,
+        measured_nothing=measured_nothing(study.get_trials(deepcopy=False)),
     )
+
+
+def measured_nothing(trials: list[optuna.trial.FrozenTrial]) -> str | None:
+    """Why this run measured nothing, when every one of ``trials`` that this process asked and
+    ended failed (status ``failed`` or ``retry``: a crash, a timeout, an unloadable model; an OOM
+    or an answer without running is a result): ``"... N trial(s) all failed; the common cause (K
+    of N): ERROR"``. ``None`` when any of them is a result, or none ended here."""
+    import os
+
+    import psutil
+
+    me = {"pid": os.getpid(), "start": psutil.Process().create_time()}  # as record_driver tags them
+    ours = [t for t in trials if {k: (t.user_attrs.get("driver") or {}).get(k) for k in me} == me]
+    ended = [t for t in ours if status_of(t) is not None]
+    if not ended or any(status_of(t) not in ("failed", "retry") for t in ended):
+        return None
+    causes: dict[str, int] = {}
+    for t in ended:
+        cause = short(str(t.user_attrs.get("error") or "no error recorded"), 160)
+        causes[cause] = causes.get(cause, 0) + 1
+    cause, n = max(causes.items(), key=lambda item: item[1])
+    return f"this run measured nothing: its {len(ended)} trial(s) all failed; the common cause ({n} of {len(ended)}): {cause}"
 
 
 def _open_run(
@@ -125,6 +152,8 @@ def _open_run(
     if owned:  # another storage's study owns the folder, or it is read-only: refused before writing
         check_run_folder(loaded)
         check_writable(loaded)
+    if storage is None:  # another job under this name: refused before anything is written too
+        refuse_other_job(loaded)
     storage = storage or open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     study = open_study(loaded, create=True, sampler=sampler, storage=storage)
     check_space_holds_trials(study, loaded)  # a space shrunk after trials ran: refused, nothing written
