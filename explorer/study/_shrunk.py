@@ -27,8 +27,11 @@ def outside_values(space: SearchSpace, config: TrialConfig) -> list[str]:
     """The values of ``config`` that ``space`` cannot propose (``name=value``); ``[]``: inside."""
     values = config.to_dict()
     bad: list[str] = []
+    held = _held_by_workload(space)
 
     def pick(name: str) -> Value:
+        if name in held:  # the job's own value: a change there is the identity's to refuse
+            return space.domains[name].values[0]
         value: Value = values[name]
         if value not in space.domains[name].values:
             bad.append(f"{name}={value}")
@@ -37,7 +40,22 @@ def outside_values(space: SearchSpace, config: TrialConfig) -> list[str]:
     rebuilt = space._build(pick).to_dict()  # the configuration the space makes of these choices
     if bad:
         return bad
-    return [f"{name}={value}" for name, value in values.items() if rebuilt.get(name) != value]
+    return [
+        f"{name}={value}" for name, value in values.items() if name not in held and rebuilt.get(name) != value
+    ]
+
+
+def _held_by_workload(space: SearchSpace) -> set[str]:
+    """The knobs the search space does not search that take their value from the workload
+    (``model_max_length``...): part of the study's identity (:mod:`explorer.study._identity`)."""
+    from explorer.knobs import knob
+    from explorer.space._domain import Fixed
+
+    return {
+        name
+        for name, domain in space.domains.items()
+        if isinstance(domain, Fixed) and knob(name).default_from is not None
+    }
 
 
 def check_space_holds_trials(study: optuna.Study, loaded: LoadedStudy) -> None:
