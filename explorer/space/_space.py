@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError, did_you_mean
 from explorer.knobs import Knob, asking_order, knob, knobs
+from explorer.space._batch import asking
 from explorer.space._domain import Domain, Fixed, Value, parse_domain
 from explorer.trial_config import TrialConfig
 
@@ -94,8 +95,10 @@ class SearchSpace:
         return TrialConfig(**values)
 
     def suggest(self, trial: optuna.Trial) -> TrialConfig:
-        """Ask ``trial`` for every active parameter, in the conditional order."""
-        return self._build(lambda name: self.domains[name].suggest(trial, name))
+        """Ask ``trial`` for every active parameter, in the conditional order (the parameters
+        written in one transaction, the study's trials read once: :func:`asking`)."""
+        with asking(trial):
+            return self._build(lambda name: self.domains[name].suggest(trial, name))
 
     def params_for(self, config: TrialConfig) -> dict[str, Value]:
         """The Optuna parameters that encode ``config`` (the inverse of :meth:`suggest`)."""

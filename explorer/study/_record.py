@@ -95,8 +95,7 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
     attrs = {key: source.user_attrs[key] for key in REUSED_ATTRS if key in source.user_attrs}
     set_user_attrs(trial, {**attrs, "reused_from": source.number, "wall_seconds": 0.0})
     mark_feasibility(study, trial, infeasibility(source))
-    study.tell(trial, source.values)
-    write_trial_note(study, trial)
+    write_trial_note(study, trial, study.tell(trial, source.values))
     return str(status_of(source))
 
 
@@ -124,8 +123,8 @@ def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -
         },
     )
     mark_feasibility(study, trial, 1.0)
-    study.tell(trial, trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1))))
-    write_trial_note(study, trial)
+    values = trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1)))
+    write_trial_note(study, trial, study.tell(trial, values))
     return Outcome.OOM.value
 
 
@@ -230,19 +229,15 @@ def record_outcome(
     attrs["status"] = status
     set_user_attrs(trial, attrs)
     if outcome is Outcome.FAILED:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        write_trial_note(study, trial)
+        write_trial_note(study, trial, study.tell(trial, state=optuna.trial.TrialState.FAIL))
         return status
     feasible = outcome is Outcome.OK
     mark_feasibility(study, trial, 0.0 if feasible else 1.0)
     properties = measurement.properties if feasible else None
     gpus = int(trial.user_attrs.get("number_gpus", 1))
     model = trial.user_attrs.get("gpu_model")  # where the study searches the GPU model
-    study.tell(
-        trial,
-        trial_values(
-            study, properties, number_gpus=gpus, gpu_model=model if isinstance(model, str) else None
-        ),
+    values = trial_values(
+        study, properties, number_gpus=gpus, gpu_model=model if isinstance(model, str) else None
     )
-    write_trial_note(study, trial)
+    write_trial_note(study, trial, study.tell(trial, values))
     return status

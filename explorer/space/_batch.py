@@ -1,0 +1,103 @@
+"""One storage round trip where Optuna's ``suggest_*`` calls make one each.
+
+Asking a trial for its parameters costs, through Optuna's API, a commit per parameter
+(``Trial._suggest`` writes each with ``set_trial_param``) and, with TPE's constant liar, a read of
+every trial per parameter group (``TPESampler._sample`` reads the study's trials afresh each
+time). Within one :meth:`~explorer.space.SearchSpace.suggest` neither is needed: the parameters
+can go in one transaction at the end, and nothing the sampler reads changes (the only trial it
+writes is the one being asked, which it leaves out). :func:`asking` does that; the sampler draws
+the same values in the same order, so every search's trial sequence is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Container, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
+
+__all__ = ["asking"]
+
+
+class _Asking:
+    """A stand-in for the study's storage while one trial is asked for its parameters: the
+    parameters are held back (:meth:`flush` writes them), the study's trials are read once, and
+    every other call goes to the storage itself."""
+
+    def __init__(self, storage: optuna.storages.BaseStorage) -> None:
+        self._storage = storage
+        self._params: list[tuple[int, str, float, optuna.distributions.BaseDistribution]] = []
+        self._trials: list[optuna.trial.FrozenTrial] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    def set_trial_param(
+        self,
+        trial_id: int,
+        param_name: str,
+        param_value_internal: float,
+        distribution: optuna.distributions.BaseDistribution,
+    ) -> None:
+        self._params.append((trial_id, param_name, param_value_internal, distribution))
+
+    def get_all_trials(
+        self, study_id: int, deepcopy: bool = True, states: Container[Any] | None = None
+    ) -> list[optuna.trial.FrozenTrial]:
+        if self._trials is None:
+            self._trials = self._storage.get_all_trials(study_id, deepcopy=False)
+        trials = self._trials if states is None else [t for t in self._trials if t.state in states]
+        return copy.deepcopy(trials) if deepcopy else list(trials)
+
+    def flush(self) -> None:
+        """Write the held-back parameters: in one transaction on an RDB storage (through its
+        private ``_set_trial_param_without_commit``, checked for), else one call each."""
+        params, self._params = self._params, []
+        if not params:
+            return
+        from optuna.storages import RDBStorage
+
+        backend = getattr(self._storage, "_backend", self._storage)  # _CachedStorage wraps RDB
+        if not (isinstance(backend, RDBStorage) and hasattr(backend, "_set_trial_param_without_commit")):
+            for param in params:
+                self._storage.set_trial_param(*param)
+            return
+        from optuna.storages._rdb.storage import _create_scoped_session
+
+        with _create_scoped_session(backend.scoped_session) as session:
+            for trial_id, name, value, distribution in params:
+                known = _known_distributions(self._storage, trial_id)
+                backend._set_trial_param_without_commit(
+                    session, trial_id, name, value, distribution, known.get(name)
+                )
+                known.setdefault(name, distribution)
+
+
+def _known_distributions(storage: Any, trial_id: int) -> dict[str, Any]:
+    """The distribution of each parameter the study has seen, where ``storage`` is Optuna's
+    ``_CachedStorage`` (as its ``set_trial_param`` checks a new one against them), else an empty
+    dict: the RDB storage then reads the one stored before."""
+    try:
+        study_id, _ = storage._trial_id_to_study_id_and_number[trial_id]
+        known: dict[str, Any] = storage._studies[study_id].param_distribution
+    except (AttributeError, KeyError):
+        return {}
+    return known
+
+
+@contextlib.contextmanager
+def asking(trial: optuna.Trial) -> Iterator[None]:
+    """While ``trial`` is asked for its parameters: hold their writes back and read the study's
+    trials once; on leaving without an error, write the parameters in one transaction."""
+    study = trial.study
+    storage = study._storage
+    batch = _Asking(storage)
+    trial.storage = study._storage = batch  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        trial.storage = study._storage = storage
+    batch.flush()
