@@ -30,6 +30,7 @@ class _Asking:
     def __init__(self, storage: optuna.storages.BaseStorage) -> None:
         self._storage = storage
         self._params: list[tuple[int, str, float, optuna.distributions.BaseDistribution]] = []
+        self._system: list[tuple[int, str, Any]] = []
         self._trials: list[optuna.trial.FrozenTrial] | None = None
 
     def __getattr__(self, name: str) -> Any:
@@ -44,6 +45,9 @@ class _Asking:
     ) -> None:
         self._params.append((trial_id, param_name, param_value_internal, distribution))
 
+    def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+        self._system.append((trial_id, key, value))  # TPE's relative parameters (constant liar)
+
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[Any] | None = None
     ) -> list[optuna.trial.FrozenTrial]:
@@ -53,21 +57,33 @@ class _Asking:
         return copy.deepcopy(trials) if deepcopy else list(trials)
 
     def flush(self) -> None:
-        """Write the held-back parameters: in one transaction on an RDB storage (through its
-        private ``_set_trial_param_without_commit``, checked for), else one call each."""
+        """Write the held-back system attrs and parameters: in one transaction on an RDB storage
+        (through its private ``_set_trial_*_without_commit``, checked for), else one call each."""
         params, self._params = self._params, []
-        if not params:
+        system, self._system = self._system, []
+        if not (params or system):
             return
         from optuna.storages import RDBStorage
 
         backend = getattr(self._storage, "_backend", self._storage)  # _CachedStorage wraps RDB
-        if not (isinstance(backend, RDBStorage) and hasattr(backend, "_set_trial_param_without_commit")):
+        if not (
+            isinstance(backend, RDBStorage)
+            and hasattr(backend, "_set_trial_param_without_commit")
+            and hasattr(backend, "_set_trial_attr_without_commit")
+        ):
+            for attr in system:
+                self._storage.set_trial_system_attr(*attr)
             for param in params:
                 self._storage.set_trial_param(*param)
             return
+        from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
 
         with _create_scoped_session(backend.scoped_session) as session:
+            for trial_id, key, value in system:
+                backend._set_trial_attr_without_commit(
+                    session, models.TrialSystemAttributeModel, trial_id, key, value
+                )
             for trial_id, name, value, distribution in params:
                 known = _known_distributions(self._storage, trial_id)
                 backend._set_trial_param_without_commit(

@@ -25,7 +25,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from explorer.study._attrs import answered_without_running, infeasibility, status_of
-from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES
+from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES, metric_names
 from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ def write_trial_note(study: optuna.Study, trial: optuna.Trial, stored: optuna.tr
     dashboard = _dashboard()
     if dashboard is None or isinstance(study._storage, optuna.storages.InMemoryStorage):
         return
-    names = study.metric_names if len(study.directions) > 1 else None
+    names = metric_names(study) if len(study.directions) > 1 else None
     body = trial_note(stored, names)
     if not _save_note_at_once(study, stored._trial_id, body):
         dashboard.save_note(trial, body)
@@ -157,8 +157,8 @@ def _save_note_at_once(study: optuna.Study, trial_id: int, body: str) -> bool:
     model = models.StudySystemAttributeModel
     mine = f"dashboard:{trial_id}:"  # every key of this trial's note, and no other trial's
     with _create_scoped_session(backend.scoped_session) as session:
-        rows = {
-            row.key: row
+        rows: dict[str, Any] = {
+            str(row.key): row
             for row in session.query(model).filter(
                 model.study_id == study._study_id, model.key >= mine, model.key < mine[:-1] + ";"
             )
