@@ -108,7 +108,9 @@ def measure(n_trials: int, storage: str | None, study: Path, table: Path) -> dic
         result = optimize(run, printer=lambda _: None, launcher=launcher)  # type: ignore[arg-type]
         wall = time.perf_counter() - started
         statements = dict(counts - before)
-        trials = open_study(run, create=False).get_trials(deepcopy=False)
+        stored = open_study(run, create=False)
+        trials = stored.get_trials(deepcopy=False)
+        noted = trials_with_a_note(stored, trials)
         raw = {
             "code": str(Path(explorer.__file__).resolve().parents[1]),
             "study": study.name,
@@ -121,6 +123,7 @@ def measure(n_trials: int, storage: str | None, study: Path, table: Path) -> dic
             "load_average_before": load_before,
             "load_average_after": os.getloadavg(),
             "statements": statements,
+            "finished_trials_with_a_dashboard_note": noted,
             "trials": [
                 [t.number, t.datetime_start.timestamp(), t.datetime_complete.timestamp()]
                 for t in trials
@@ -129,6 +132,16 @@ def measure(n_trials: int, storage: str | None, study: Path, table: Path) -> dic
         }
     raw.update(summarize(raw))
     return raw
+
+
+def trials_with_a_note(study, trials: list) -> list[int]:  # noqa: ANN001
+    """How many of the finished ``trials`` carry a dashboard note, and how many are finished."""
+    from optuna_dashboard._note import get_note_from_system_attrs
+
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    finished = [t for t in trials if t.state.is_finished()]
+    noted = sum(bool(get_note_from_system_attrs(attrs, t._trial_id)["body"]) for t in finished)
+    return [noted, len(finished)]
 
 
 def summarize(raw: dict) -> dict:
@@ -157,6 +170,10 @@ def line(raw: dict) -> str:
         figures += (
             f"; {raw['write_commits_per_optuna_trial']:.1f} write transactions and "
             f"{raw['selects_per_optuna_trial']:.1f} SELECTs a trial"
+        )
+    if "finished_trials_with_a_dashboard_note" in raw:
+        figures += "; dashboard notes on {} of {} finished trials".format(
+            *raw["finished_trials_with_a_dashboard_note"]
         )
     load = raw.get("load_average_before")
     return figures + (f" (load average {load[0]:.2f} before)" if load else "")

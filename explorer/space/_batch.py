@@ -57,8 +57,8 @@ class _Asking:
         return copy.deepcopy(trials) if deepcopy else list(trials)
 
     def flush(self) -> None:
-        """Write the held-back system attrs and parameters: in one transaction on an RDB storage
-        (through its private ``_set_trial_*_without_commit``, checked for), else one call each."""
+        """Write the held-back parameters and system attrs: in one transaction on an RDB storage
+        (:func:`_write`; Optuna's private session helpers, checked for), else one call each."""
         params, self._params = self._params, []
         system, self._system = self._system, []
         if not (params or system):
@@ -66,30 +66,67 @@ class _Asking:
         from optuna.storages import RDBStorage
 
         backend = getattr(self._storage, "_backend", self._storage)  # _CachedStorage wraps RDB
-        if not (
-            isinstance(backend, RDBStorage)
-            and hasattr(backend, "_set_trial_param_without_commit")
-            and hasattr(backend, "_set_trial_attr_without_commit")
-        ):
+        if not (isinstance(backend, RDBStorage) and hasattr(backend, "_set_trial_attr_without_commit")):
             for attr in system:
                 self._storage.set_trial_system_attr(*attr)
             for param in params:
                 self._storage.set_trial_param(*param)
             return
-        from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
 
         with _create_scoped_session(backend.scoped_session) as session:
-            for trial_id, key, value in system:
-                backend._set_trial_attr_without_commit(
-                    session, models.TrialSystemAttributeModel, trial_id, key, value
-                )
-            for trial_id, name, value, distribution in params:
-                known = _known_distributions(self._storage, trial_id)
-                backend._set_trial_param_without_commit(
-                    session, trial_id, name, value, distribution, known.get(name)
-                )
-                known.setdefault(name, distribution)
+            _write(session, backend, self._storage, params, system)
+
+
+def _write(session: Any, backend: Any, storage: Any, params: list[Any], system: list[Any]) -> None:
+    """The held-back writes of one trial in ``session``: one check that it is still running,
+    each new parameter's distribution checked against the study's (as Optuna does), one insert
+    of every parameter, one upsert per system attr."""
+    import sqlalchemy
+    from optuna.distributions import check_distribution_compatibility, distribution_to_json
+    from optuna.storages._rdb import models
+
+    trial_id = (params or system)[0][0]
+    row = models.TrialModel.find_or_raise_by_id(trial_id, session)
+    backend.check_trial_is_updatable(trial_id, row.state)
+    known = _known_distributions(storage, trial_id)
+    for _, name, _, distribution in params:
+        previous = known.get(name) or _stored_distribution(session, int(row.study_id), name)
+        if previous is not None:
+            check_distribution_compatibility(previous, distribution)
+        known.setdefault(name, distribution)
+    if params:
+        session.execute(
+            sqlalchemy.insert(models.TrialParamModel),
+            [
+                {
+                    "trial_id": trial_id,
+                    "param_name": name,
+                    "param_value": value,
+                    "distribution_json": distribution_to_json(distribution),
+                }
+                for trial_id, name, value, distribution in params
+            ],
+        )
+    for trial_id, key, value in system:
+        backend._set_trial_attr_without_commit(
+            session, models.TrialSystemAttributeModel, trial_id, key, value
+        )
+
+
+def _stored_distribution(session: Any, study_id: int, name: str) -> Any:
+    """The distribution of parameter ``name`` in any stored trial of the study (``None``: none)."""
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models
+
+    first = (
+        session.query(models.TrialParamModel)
+        .join(models.TrialModel)
+        .filter(models.TrialModel.study_id == study_id)
+        .filter(models.TrialParamModel.param_name == name)
+        .first()
+    )
+    return None if first is None else json_to_distribution(first.distribution_json)
 
 
 def _known_distributions(storage: Any, trial_id: int) -> dict[str, Any]:
