@@ -178,16 +178,16 @@ def set_user_attrs(
                 ):
                     for key, value in items.items():
                         backend._set_trial_attr_without_commit(session, model, trial._trial_id, key, value)
-                return
-            # one check that the trial is still running, then one upsert of every attribute
-            row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
-            backend.check_trial_is_updatable(trial._trial_id, row.state)  # type: ignore[arg-type]
-            for model, items in (
-                (models.TrialUserAttributeModel, attrs),
-                (models.TrialSystemAttributeModel, system),
-            ):
-                if items:
-                    _upsert(session, _dialect_insert(dialect)(model), trial._trial_id, items)
+            else:  # one check that the trial is still running, then one upsert of every attribute
+                row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
+                backend.check_trial_is_updatable(trial._trial_id, row.state)  # type: ignore[arg-type]
+                for model, items in (
+                    (models.TrialUserAttributeModel, attrs),
+                    (models.TrialSystemAttributeModel, system),
+                ):
+                    if items:
+                        _upsert(session, _dialect_insert(dialect)(model), trial._trial_id, items)
+        trial._cached_frozen_trial.user_attrs.update(attrs)  # as Trial.set_user_attr keeps it
         return
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
