@@ -278,3 +278,27 @@ def test_audit_flags_an_oom_trial_that_the_dashboard_would_show_as_feasible(tmp_
     assert audit(study, n_trials=3, max_retries=1, output_dir=None).problems == [
         "trial 2: oom but its constraint does not mark it infeasible"
     ]
+
+
+def test_a_trial_note_written_at_once_reads_back_as_save_note_would_leave_it(storage_url):
+    """The trial note explorer writes in one transaction (explorer.study._notes) is what
+    optuna-dashboard's own ``save_note`` would store: a long note in chunks, a shorter one after it
+    with the version one up and no stale chunk; the other trial's note and the study's untouched."""
+    from optuna_dashboard import get_note, save_note
+    from optuna_dashboard._note import SYSTEM_ATTR_MAX_LENGTH
+
+    from explorer.study._notes import _save_note_at_once
+
+    study = optuna.create_study(storage=storage_url)
+    first, second = study.ask(), study.ask()
+    save_note(study, "the study's")
+    save_note(second, "the second's")
+    long = "x" * (2 * SYSTEM_ATTR_MAX_LENGTH + 5)
+    assert _save_note_at_once(study, first._trial_id, long)
+    assert get_note(first) == long
+    assert _save_note_at_once(study, first._trial_id, "short")
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    assert get_note(first) == "short" and attrs[f"dashboard:{first._trial_id}:note_ver"] == 2
+    save_note(first, "an edit in the dashboard")  # the dashboard's own next version still fits
+    assert get_note(first) == "an edit in the dashboard"
+    assert get_note(second) == "the second's" and get_note(study) == "the study's"

@@ -73,13 +73,18 @@ def test_a_stored_study_with_other_objectives_is_refused(write_study, tmp_path):
         open_study(double, create=True)
 
 
-def test_number_of_gpus_is_a_real_value_even_when_infeasible(write_study, tmp_path):
+@pytest.mark.parametrize("where", ["memory", "sqlite"])
+def test_number_of_gpus_is_a_real_value_even_when_infeasible(write_study, tmp_path, where):
+    """The GPU count comes from the configuration written with the driver's one transaction
+    (on sqlite it bypasses Optuna's ``set_user_attr``: the live trial must still say it)."""
     from explorer.measurement import Measurement, Outcome
     from explorer.study import record_outcome
+    from explorer.study._record import set_user_attrs
 
-    study = optuna.create_study(directions=["maximize", "minimize"])
+    storage = f"sqlite:///{tmp_path}/s.db" if where == "sqlite" else None
+    study = optuna.create_study(directions=["maximize", "minimize"], storage=storage)
     study.set_metric_names(["dataset_tokens_per_second_per_gpu", "number_gpus"])
     trial = study.ask()
-    trial.set_user_attr("number_gpus", 2)
+    set_user_attrs(trial, {"number_gpus": 2})
     record_outcome(study, trial, Measurement(outcome=Outcome.OOM, error="x"))
     assert study.trials[0].values == [0.0, 2.0]

@@ -259,8 +259,10 @@ def _check_user_attrs(storage: optuna.storages.BaseStorage) -> None:
     trial = study.ask()
     trial.set_user_attr("status", "running")
     attrs = {"status": "ok", "n": 3, "nested": {"a": [1, 2.5]}, "none": None, "text": "é"}
-    set_user_attrs(trial, attrs)
+    set_user_attrs(trial, attrs, system={"constraints": [1.0]})
     assert study.trials[0].user_attrs == attrs  # the earlier value was replaced, not duplicated
+    assert study.trials[0].system_attrs["constraints"] == [1.0]  # in the same transaction
+    assert trial.user_attrs == attrs  # the live trial says so too (record_outcome reads number_gpus there)
     study.tell(trial, 1.0)
     with pytest.raises(RuntimeError):
         set_user_attrs(trial, {"late": 1})

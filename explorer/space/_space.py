@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError, did_you_mean
 from explorer.knobs import Knob, asking_order, knob, knobs
+from explorer.space._batch import asking
 from explorer.space._domain import Domain, Fixed, Value, parse_domain
 from explorer.trial_config import TrialConfig
 
@@ -42,6 +43,10 @@ class SearchSpace:
     domains: dict[str, Domain]
     facts: Mapping[str, Any] = field(default_factory=dict)
     """The workload's facts the knobs' conditions read (:func:`facts_of`)."""
+    _enumerated: dict[str, tuple[TrialConfig, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """What :meth:`enumerate` listed, once it was gone through to the end."""
 
     @classmethod
     def from_raw(
@@ -82,9 +87,9 @@ class SearchSpace:
 
     # -- the conditional structure, shared by suggest() and enumerate() ------------------------
 
-    def _build(self, pick: Callable[[str], Value]) -> TrialConfig:
+    def _build(self, pick: Callable[[str], Value], order: tuple[Knob, ...] | None = None) -> TrialConfig:
         values: dict[str, Any] = {}
-        for k in asking_order():
+        for k in order or asking_order():
             if not k.applies(values, self.facts):
                 values[k.name] = k.inactive
             elif k.name in self.domains:
@@ -94,8 +99,10 @@ class SearchSpace:
         return TrialConfig(**values)
 
     def suggest(self, trial: optuna.Trial) -> TrialConfig:
-        """Ask ``trial`` for every active parameter, in the conditional order."""
-        return self._build(lambda name: self.domains[name].suggest(trial, name))
+        """Ask ``trial`` for every active parameter, in the conditional order (the parameters
+        written in one transaction, the study's trials read once: :func:`asking`)."""
+        with asking(trial):
+            return self._build(lambda name: self.domains[name].suggest(trial, name))
 
     def params_for(self, config: TrialConfig) -> dict[str, Value]:
         """The Optuna parameters that encode ``config`` (the inverse of :meth:`suggest`)."""
@@ -111,14 +118,23 @@ class SearchSpace:
         return params
 
     def enumerate(self) -> Iterator[TrialConfig]:
-        """Every distinct configuration of the space (conditional parameters respected)."""
-        seen: set[TrialConfig] = set()
+        """Every distinct configuration of the space (conditional parameters respected), in the
+        order of the domains' product. Kept once a caller has gone through them all, so that the
+        next one (local search's start-up probes, explore, the replay check) does not build every
+        combination again; a caller that stops early (a space too large to list) keeps nothing."""
+        kept = self._enumerated.get("all")
+        if kept is not None:
+            yield from kept
+            return
+        seen: dict[TrialConfig, None] = {}
         names = list(self.domains)
+        order = asking_order()
         for combo in itertools.product(*(self.domains[n].values for n in names)):
-            config = self._build(dict(zip(names, combo, strict=True)).__getitem__)
+            config = self._build(dict(zip(names, combo, strict=True)).__getitem__, order)
             if config not in seen:
-                seen.add(config)
+                seen[config] = None
                 yield config
+        self._enumerated["all"] = tuple(seen)
 
     @property
     def size(self) -> int:

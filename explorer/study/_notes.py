@@ -20,11 +20,12 @@ written, and the user attrs still say everything.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
 from explorer.study._attrs import answered_without_running, infeasibility, status_of
-from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES
+from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES, metric_names
 from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
@@ -121,18 +122,60 @@ def trial_note(trial: optuna.trial.FrozenTrial, metric_names: list[str] | None =
     return "\n".join(lines) + "\n"
 
 
-def write_trial_note(study: optuna.Study, trial: optuna.Trial) -> None:
-    """Save ``trial``'s note (it has just finished) with optuna-dashboard's ``save_note``; not for
-    a study in memory, which no dashboard can open (benchmark-search's runs: a note is a quarter of
-    a replayed trial's time)."""
+def write_trial_note(study: optuna.Study, trial: optuna.Trial, stored: optuna.trial.FrozenTrial) -> None:
+    """Save the note of ``trial``, just finished (``stored``: as ``study.tell`` returned it), where
+    optuna-dashboard reads it; not for a study in memory, which no dashboard can open
+    (benchmark-search's runs: a note is a quarter of a replayed trial's time)."""
     import optuna
 
     dashboard = _dashboard()
     if dashboard is None or isinstance(study._storage, optuna.storages.InMemoryStorage):
         return
-    stored = study._storage.get_trial(trial._trial_id)
-    names = study.metric_names if len(study.directions) > 1 else None
-    dashboard.save_note(trial, trial_note(stored, names))
+    names = metric_names(study) if len(study.directions) > 1 else None
+    body = trial_note(stored, names)
+    if not _save_note_at_once(study, stored._trial_id, body):
+        dashboard.save_note(trial, body)
+
+
+def _save_note_at_once(study: optuna.Study, trial_id: int, body: str) -> bool:
+    """Write a trial's note as optuna-dashboard's ``save_note`` does (study system attrs: the
+    version, one more than before, and the text in chunks, a stale chunk emptied), in one
+    transaction that reads only this trial's note keys (``save_note`` reads every study system
+    attr twice, notes of every trial included, and commits each key). ``False``: not an RDB
+    storage (or an Optuna without the private session helper): nothing written."""
+    from optuna.storages import RDBStorage
+
+    backend = getattr(study._storage, "_backend", study._storage)  # _CachedStorage wraps RDB
+    if not isinstance(backend, RDBStorage):
+        return False
+    try:
+        from optuna.storages._rdb import models
+        from optuna.storages._rdb.storage import _create_scoped_session
+        from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
+    except ImportError:
+        return False
+    model = models.StudySystemAttributeModel
+    mine = f"dashboard:{trial_id}:"  # every key of this trial's note, and no other trial's
+    with _create_scoped_session(backend.scoped_session) as session:
+        rows: dict[str, Any] = {
+            str(row.key): row
+            for row in session.query(model).filter(
+                model.study_id == study._study_id, model.key >= mine, model.key < mine[:-1] + ";"
+            )
+        }
+        version = rows.get(note_ver_key(trial_id))
+        chunks = split_body(body, trial_id)
+        prefix = note_str_key_prefix(trial_id)
+        stale = sum(key.startswith(prefix) for key in rows) - len(chunks)
+        chunks.update({f"{prefix}{len(chunks) + i}": "" for i in range(max(stale, 0))})
+        before = int(json.loads(str(version.value_json))) if version is not None else 0
+        values: dict[str, Any] = {note_ver_key(trial_id): before + 1, **chunks}
+        for key, value in values.items():
+            if key in rows:
+                rows[key].value_json = json.dumps(value)
+            else:
+                session.add(model(study_id=study._study_id, key=key, value_json=json.dumps(value)))
+    return True
 
 
 def _dataset(loaded: LoadedStudy) -> str:

@@ -26,6 +26,7 @@ as infeasible.
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any, Literal
 
 from explorer.measurement import Properties
@@ -42,6 +43,7 @@ __all__ = [
     "SECOND_OBJECTIVES",
     "SETTINGS_ATTR",
     "best_feasible",
+    "metric_names",
     "objective_settings",
     "ranking_sign",
     "pareto_front",
@@ -58,6 +60,7 @@ OBJECTIVES: dict[str, Direction] = {
     "hours_for_budget": "minimize",
 }
 """The first objectives a study file may choose, and their directions."""
+_METRIC_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 SECOND_OBJECTIVES: dict[str, Direction] = {
     "dataset_tokens_per_second": "maximize",
     "tokens_per_dollar": "maximize",
@@ -105,7 +108,7 @@ def trial_values(
     study: optuna.Study, properties: Properties | None, *, number_gpus: int, gpu_model: str | None = None
 ) -> list[float]:
     """The values to tell ``study`` for a trial with these properties (``None``: infeasible)."""
-    names = study.metric_names or [OBJECTIVE]
+    names = metric_names(study) or [OBJECTIVE]
     settings = study.user_attrs.get(SETTINGS_ATTR, {}) if _NEEDS_SETTINGS & set(names) else {}
     directions = [d.name.lower() for d in study.directions]
     values = []
@@ -117,6 +120,18 @@ def trial_values(
         else:
             values.append(_metric(name, properties, gpu_model=gpu_model, settings=settings))
     return values
+
+
+def metric_names(study: optuna.Study) -> list[str] | None:
+    """``study.metric_names``, read from the storage until they are set, then kept: they are written
+    once (:func:`explorer.study.open_study`), and each read goes through every study system attr,
+    the dashboard's trial notes included (a read per told trial grew with the study)."""
+    names = _METRIC_NAMES.get(study)
+    if names is None:
+        names = study.metric_names
+        if names is not None:
+            _METRIC_NAMES[study] = names
+    return names
 
 
 def ranking_sign(study: optuna.Study) -> float:

@@ -52,6 +52,7 @@ __all__ = [
     "counted_trials",
     "counts",
     "frozen",
+    "feasibility",
     "mark_feasibility",
     "answered_without_running",
     "record_driver",
@@ -93,10 +94,12 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, source: optuna.trial.
     about 50 storage commits; sampled spaces are re-proposed often.)
     """
     attrs = {key: source.user_attrs[key] for key in REUSED_ATTRS if key in source.user_attrs}
-    set_user_attrs(trial, {**attrs, "reused_from": source.number, "wall_seconds": 0.0})
-    mark_feasibility(study, trial, infeasibility(source))
-    study.tell(trial, source.values)
-    write_trial_note(study, trial)
+    set_user_attrs(
+        trial,
+        {**attrs, "reused_from": source.number, "wall_seconds": 0.0},
+        system=feasibility(infeasibility(source)),
+    )
+    write_trial_note(study, trial, study.tell(trial, source.values))
     return str(status_of(source))
 
 
@@ -122,24 +125,34 @@ def record_inferred_oom(study: optuna.Study, trial: optuna.Trial, source: int) -
             "status": Outcome.OOM.value,
             "error": f"inferred: needs at least the memory of trial {source}, which ran out",
         },
+        system=feasibility(1.0),
     )
-    mark_feasibility(study, trial, 1.0)
-    study.tell(trial, trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1))))
-    write_trial_note(study, trial)
+    values = trial_values(study, None, number_gpus=int(trial.user_attrs.get("number_gpus", 1)))
+    write_trial_note(study, trial, study.tell(trial, values))
     return Outcome.OOM.value
 
 
-def mark_feasibility(study: optuna.Study, trial: optuna.Trial, value: float) -> None:
-    """Set the running ``trial``'s constraint: ``value`` > 0 infeasible, else feasible.
+def feasibility(value: float) -> dict[str, list[float]]:
+    """The system attr that sets a trial's constraint: ``value`` > 0 infeasible, else feasible.
 
     Written as the list form (:data:`CONSTRAINTS_KEY`), the one optuna-dashboard reads; Optuna's
     samplers read it as ``trial.constraints == {"0": value}``, one constraint as before.
     """
-    study._storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, [float(value)])
+    return {CONSTRAINTS_KEY: [float(value)]}
 
 
-def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
-    """Write several user attributes of a running trial in one transaction.
+def mark_feasibility(study: optuna.Study, trial: optuna.Trial, value: float) -> None:
+    """Set the running ``trial``'s constraint (:func:`feasibility`) on its own."""
+    study._storage.set_trial_system_attr(
+        trial._trial_id, CONSTRAINTS_KEY, feasibility(value)[CONSTRAINTS_KEY]
+    )
+
+
+def set_user_attrs(
+    trial: optuna.Trial, attrs: dict[str, Any], *, system: dict[str, Any] | None = None
+) -> None:
+    """Write several user attributes of a running trial (and its ``system`` attributes, such as
+    the constraint: :func:`feasibility`) in one transaction.
 
     Optuna writes each ``set_user_attr`` in a transaction of its own; a trial has about 50, and
     the commits were most of the loop's cost on sqlite. On an RDB storage (behind Optuna's cache,
@@ -151,6 +164,7 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
 
     storage = trial.study._storage
     backend = getattr(storage, "_backend", storage)  # optuna.storages._CachedStorage wraps RDB
+    system = system or {}
     if isinstance(backend, RDBStorage) and hasattr(backend, "_set_trial_attr_without_commit"):
         from optuna.storages._rdb import models
         from optuna.storages._rdb.storage import _create_scoped_session
@@ -158,27 +172,39 @@ def set_user_attrs(trial: optuna.Trial, attrs: dict[str, Any]) -> None:
         dialect = backend.engine.name
         with _create_scoped_session(backend.scoped_session, True) as session:
             if dialect not in ("sqlite", "postgresql"):
-                for key, value in attrs.items():
-                    backend._set_trial_attr_without_commit(
-                        session, models.TrialUserAttributeModel, trial._trial_id, key, value
-                    )
-                return
-            # one check that the trial is still running, then one upsert of every attribute
-            row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
-            backend.check_trial_is_updatable(trial._trial_id, row.state)  # type: ignore[arg-type]
-            insert = _dialect_insert(dialect)(models.TrialUserAttributeModel)
-            values = [
-                {"trial_id": trial._trial_id, "key": key, "value_json": json.dumps(value)}
-                for key, value in attrs.items()
-            ]
-            session.execute(
-                insert.values(values).on_conflict_do_update(
-                    index_elements=["trial_id", "key"], set_={"value_json": insert.excluded.value_json}
-                )
-            )
+                for model, items in (
+                    (models.TrialUserAttributeModel, attrs),
+                    (models.TrialSystemAttributeModel, system),
+                ):
+                    for key, value in items.items():
+                        backend._set_trial_attr_without_commit(session, model, trial._trial_id, key, value)
+            else:  # one check that the trial is still running, then one upsert of every attribute
+                row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session)
+                backend.check_trial_is_updatable(trial._trial_id, row.state)  # type: ignore[arg-type]
+                for model, items in (
+                    (models.TrialUserAttributeModel, attrs),
+                    (models.TrialSystemAttributeModel, system),
+                ):
+                    if items:
+                        _upsert(session, _dialect_insert(dialect)(model), trial._trial_id, items)
+        trial._cached_frozen_trial.user_attrs.update(attrs)  # as Trial.set_user_attr keeps it
         return
     for key, value in attrs.items():
         trial.set_user_attr(key, value)
+    for key, value in system.items():
+        storage.set_trial_system_attr(trial._trial_id, key, value)
+
+
+def _upsert(session: Any, insert: Any, trial_id: int, items: dict[str, Any]) -> None:
+    """Insert or update every ``key: value`` of ``items`` for ``trial_id``, in one statement."""
+    values = [
+        {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in items.items()
+    ]
+    session.execute(
+        insert.values(values).on_conflict_do_update(
+            index_elements=["trial_id", "key"], set_={"value_json": insert.excluded.value_json}
+        )
+    )
 
 
 def _dialect_insert(dialect: str) -> Any:
@@ -228,21 +254,17 @@ def record_outcome(
     outcome = measurement.outcome
     status = "retry" if outcome is Outcome.FAILED and retry else outcome.value
     attrs["status"] = status
-    set_user_attrs(trial, attrs)
-    if outcome is Outcome.FAILED:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        write_trial_note(study, trial)
-        return status
     feasible = outcome is Outcome.OK
-    mark_feasibility(study, trial, 0.0 if feasible else 1.0)
+    failed = outcome is Outcome.FAILED
+    set_user_attrs(trial, attrs, system=None if failed else feasibility(0.0 if feasible else 1.0))
+    if failed:
+        write_trial_note(study, trial, study.tell(trial, state=optuna.trial.TrialState.FAIL))
+        return status
     properties = measurement.properties if feasible else None
     gpus = int(trial.user_attrs.get("number_gpus", 1))
     model = trial.user_attrs.get("gpu_model")  # where the study searches the GPU model
-    study.tell(
-        trial,
-        trial_values(
-            study, properties, number_gpus=gpus, gpu_model=model if isinstance(model, str) else None
-        ),
+    values = trial_values(
+        study, properties, number_gpus=gpus, gpu_model=model if isinstance(model, str) else None
     )
-    write_trial_note(study, trial)
+    write_trial_note(study, trial, study.tell(trial, values))
     return status
