@@ -5,10 +5,18 @@ A configuration that breaks one is recorded as infeasible (``invalid``) with the
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["invalid_reason"]
+__all__ = ["DOCTOR_ATTR", "doctor_reason", "invalid_reason"]
+
+DOCTOR_ATTR = "doctor"
+"""The study's user attribute where ``explorer doctor`` records what each node type cannot run:
+``{"invalid": {gpu_model: {knob: {json(value): reason}}}, "nodes": {gpu_model: {...}}}``."""
 
 
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
@@ -51,4 +59,20 @@ def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
             "optim adafactor cannot run under FSDP2: transformers' Adafactor keeps its factored "
             "second moments as plain tensors, which FSDP2's sharded (DTensor) parameters refuse"
         )
+    return None
+
+
+def doctor_reason(
+    config: TrialConfig, recorded: Mapping[str, Any] | None, resources: ResourcesSpec
+) -> str | None:
+    """Why ``config`` cannot run: ``explorer doctor`` found one of its values failing (or not
+    importable) on the node type it runs on (``recorded``: the study's :data:`DOCTOR_ATTR`)."""
+    if not recorded:
+        return None
+    model = resources.model_of(config.gpu_model)
+    for name, values in recorded.get("invalid", {}).get(model, {}).items():
+        value = config.to_dict().get(name)
+        reason = values.get(json.dumps(value))
+        if reason:
+            return f"explorer doctor found {name}={value} failing on {model}: {reason}"
     return None

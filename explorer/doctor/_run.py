@@ -1,0 +1,120 @@
+"""Run the doctor on this node: probe it, then one short smoke run per distinct configuration
+of :func:`explorer.doctor._cases.plan_cases`, each through :func:`explorer.launch.run_trial` (the
+function a Ray trial actor calls) with the ranks forked from one warm zygote, so that torch and
+transformers are imported once for all of them."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from explorer.doctor._cases import Case, Node, plan_cases
+from explorer.doctor._probe import probe_in_child
+from explorer.doctor._report import FAILED, NOT_APPLICABLE, RAN, DoctorReport, Row
+from explorer.job import TrialJob
+from explorer.measurement import Measurement, Outcome
+from explorer.space import facts_of
+from explorer.spec import LoadedStudy, MeasurementSpec
+
+__all__ = ["SMOKE", "node_of", "run_doctor"]
+
+SMOKE = {"warmup_steps": 1, "measured_steps": 1}
+"""A smoke run: one step to start (and compile), one measured."""
+
+
+def node_of(loaded: LoadedStudy, facts: dict[str, Any]) -> Node:
+    """The :class:`Node` the probe's ``facts`` describe, for ``loaded``'s trials."""
+    resources = loaded.spec.resources
+    cuda = resources.device == "cuda" or (resources.device == "auto" and facts["cuda_available"])
+    missing = {m: str(f["error"]) for m, f in facts["packages"].items() if f["error"]}
+    return Node(
+        device="cuda" if cuda else "cpu",
+        gpus=facts["visible_gpus"] if cuda else resources.gpus_per_node,
+        missing=missing,
+        model_type=facts_of(loaded.spec.workload)["model_type"],
+    )
+
+
+def _first_line(m: Measurement) -> str:
+    lines = [line for line in (m.error or "").splitlines() if line.strip()]
+    return lines[0].strip() if lines else f"ended {m.outcome.value}"
+
+
+def _row(case: Case, m: Measurement | None, seconds: float | None) -> Row:
+    if case.config is None or m is None:
+        return Row(
+            knob=case.knob,
+            value=case.value,
+            status=NOT_APPLICABLE,
+            detail=case.reason or "",
+            blocks=case.blocks,
+        )
+    key = case.config.key()
+    if m.outcome is Outcome.OK:
+        return Row(knob=case.knob, value=case.value, status=RAN, config=key, seconds=seconds)
+    oom = m.outcome is Outcome.OOM  # memory, not the value: the search learns it, nothing blocked
+    detail = ("out of memory: " if oom else "") + _first_line(m)
+    return Row(
+        knob=case.knob,
+        value=case.value,
+        status=FAILED,
+        detail=detail,
+        blocks=not oom,
+        config=key,
+        seconds=seconds,
+    )
+
+
+def run_doctor(
+    loaded: LoadedStudy,
+    *,
+    facts: dict[str, Any] | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> DoctorReport:
+    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value."""
+    from explorer.launch import run_trial, zygote_environment
+
+    started = time.monotonic()
+    spec = loaded.spec
+    facts = facts or probe_in_child(zygote_environment(cpu_count=os.cpu_count() or 1))
+    node = node_of(loaded, facts)
+    measurement = MeasurementSpec.model_validate(
+        {**SMOKE, "trial_timeout_s": spec.measurement.trial_timeout_s}
+    )
+    folder = loaded.output_dir / "doctor"
+    done: dict[str, tuple[Measurement, float]] = {}
+    rows: list[Row] = []
+    for case in plan_cases(loaded.space, spec.resources, node):
+        m: Measurement | None = None
+        seconds: float | None = None
+        if case.config is not None:
+            key = case.config.key()
+            if key not in done:
+                job = replace(
+                    TrialJob.for_study(loaded, case.config, trial_number=len(done)), measurement=measurement
+                )
+                t0 = time.monotonic()
+                result = run_trial(
+                    job,
+                    work_dir=folder / f"case-{len(done)}",
+                    runner=spec.launcher.runner,
+                    timeout_s=spec.measurement.trial_timeout_s,
+                    warm_start=spec.launcher.warm_start,
+                )
+                done[key] = (result, time.monotonic() - t0)
+            m, seconds = done[key]
+        row = _row(case, m, seconds)
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return DoctorReport(
+        study=spec.name,
+        gpu_model=spec.resources.gpu_model,
+        node=facts,
+        device=node.device,
+        rows=rows,
+        seconds=time.monotonic() - started,
+    )
