@@ -20,7 +20,7 @@ from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
-__all__ = ["Case", "Node", "plan_cases", "unmet_here"]
+__all__ = ["ALONE", "Case", "Node", "Run", "group_cases", "plan_cases", "unmet_here"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,3 +173,41 @@ def plan_cases(space: SearchSpace, resources: ResourcesSpec, node: Node) -> list
                 config, reason = _valid(space, base, {k.name: value}, resources, node)
             out.append(Case(knob=k.name, value=value, config=config, reason=reason))
     return out
+
+
+ALONE = frozenset({"torch_compile"})
+"""Knobs whose values each get a run of their own (a compiled run is long: nothing rides along)."""
+
+
+@dataclass(kw_only=True)
+class Run:
+    """One smoke run: a configuration that holds several cases' values at once."""
+
+    want: dict[str, Any]
+    config: TrialConfig
+    cases: list[Case]
+
+
+def group_cases(cases: list[Case], space: SearchSpace, resources: ResourcesSpec, node: Node) -> list[Run]:
+    """The runs that check every applicable case, few: each value joins the first run whose
+    configuration can take it as well (a valid configuration, on this node). A run that fails
+    is split again into one run per value (:func:`explorer.doctor._run.run_doctor`)."""
+    base = _base(space, node)
+    runs: list[Run] = []
+    for case in cases:
+        if case.config is None:
+            continue
+        placed = False
+        for run in runs if case.knob not in ALONE else ():
+            if case.knob in run.want or ALONE & run.want.keys():
+                continue
+            config, _ = _valid(space, base, {**run.want, case.knob: case.value}, resources, node)
+            if config is not None:
+                run.want[case.knob] = case.value
+                run.config = config
+                run.cases.append(case)
+                placed = True
+                break
+        if not placed:
+            runs.append(Run(want={case.knob: case.value}, config=case.config, cases=[case]))
+    return runs

@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from explorer.doctor._cases import Case, Node, plan_cases
+from explorer.doctor._cases import Case, Node, group_cases, plan_cases
 from explorer.doctor._probe import probe_in_child
 from explorer.doctor._report import FAILED, NOT_APPLICABLE, RAN, DoctorReport, Row
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.space import facts_of
 from explorer.spec import LoadedStudy, MeasurementSpec
+from explorer.trial_config import TrialConfig
 
 __all__ = ["SMOKE", "node_of", "run_doctor"]
 
@@ -74,42 +75,28 @@ def run_doctor(
     facts: dict[str, Any] | None = None,
     on_row: Callable[[Row], None] | None = None,
 ) -> DoctorReport:
-    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value."""
-    from explorer.launch import run_trial, zygote_environment
+    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value: the
+    values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
+    not end ``ok`` is split into one run per value, so that each failure names its own value."""
+    from explorer.launch import zygote_environment
 
     started = time.monotonic()
     spec = loaded.spec
     facts = facts or probe_in_child(zygote_environment(cpu_count=os.cpu_count() or 1))
     node = node_of(loaded, facts)
-    measurement = MeasurementSpec.model_validate(
-        {**SMOKE, "trial_timeout_s": spec.measurement.trial_timeout_s}
-    )
-    folder = loaded.output_dir / "doctor"
-    done: dict[str, tuple[Measurement, float]] = {}
-    rows: list[Row] = []
-    for case in plan_cases(loaded.space, spec.resources, node):
-        m: Measurement | None = None
-        seconds: float | None = None
-        if case.config is not None:
-            key = case.config.key()
-            if key not in done:
-                job = replace(
-                    TrialJob.for_study(loaded, case.config, trial_number=len(done)), measurement=measurement
-                )
-                t0 = time.monotonic()
-                result = run_trial(
-                    job,
-                    work_dir=folder / f"case-{len(done)}",
-                    runner=spec.launcher.runner,
-                    timeout_s=spec.measurement.trial_timeout_s,
-                    warm_start=spec.launcher.warm_start,
-                )
-                done[key] = (result, time.monotonic() - t0)
-            m, seconds = done[key]
-        row = _row(case, m, seconds)
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    cases = plan_cases(loaded.space, spec.resources, node)
+    smoke = _Smoke(loaded)
+    found: dict[int, tuple[Measurement, float]] = {}
+    for run in group_cases(cases, loaded.space, spec.resources, node):
+        m, seconds = smoke.run(run.config)
+        for case in run.cases:
+            if m.outcome is Outcome.OK or len(run.cases) == 1 or case.config is None:
+                found[id(case)] = (m, seconds)
+            else:  # which value failed: each runs alone
+                found[id(case)] = smoke.run(case.config)
+            if on_row is not None:
+                on_row(_row(case, *found[id(case)]))
+    rows = [_row(c, *found.get(id(c), (None, None))) for c in cases]
     return DoctorReport(
         study=spec.name,
         gpu_model=spec.resources.gpu_model,
@@ -118,3 +105,35 @@ def run_doctor(
         rows=rows,
         seconds=time.monotonic() - started,
     )
+
+
+class _Smoke:
+    """Smoke runs of one study's configurations, each once, through ``run_trial`` (warm)."""
+
+    def __init__(self, loaded: LoadedStudy) -> None:
+        self.loaded = loaded
+        self.measurement = MeasurementSpec.model_validate(
+            {**SMOKE, "trial_timeout_s": loaded.spec.measurement.trial_timeout_s}
+        )
+        self.done: dict[str, tuple[Measurement, float]] = {}
+
+    def run(self, config: TrialConfig) -> tuple[Measurement, float]:
+        from explorer.launch import run_trial
+
+        key = config.key()
+        if key not in self.done:
+            spec = self.loaded.spec
+            n = len(self.done)
+            job = replace(
+                TrialJob.for_study(self.loaded, config, trial_number=n), measurement=self.measurement
+            )
+            t0 = time.monotonic()
+            result = run_trial(
+                job,
+                work_dir=self.loaded.output_dir / "doctor" / f"run-{n}",
+                runner=spec.launcher.runner,
+                timeout_s=spec.measurement.trial_timeout_s,
+                warm_start=spec.launcher.warm_start,
+            )
+            self.done[key] = (result, time.monotonic() - t0)
+        return self.done[key]
