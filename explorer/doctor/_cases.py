@@ -175,7 +175,7 @@ def plan_cases(space: SearchSpace, resources: ResourcesSpec, node: Node) -> list
     return out
 
 
-ALONE = frozenset({"torch_compile"})
+ALONE = frozenset(k.name for k in knobs() if k.feature == "compile")
 """Knobs whose values each get a run of their own (a compiled run is long: nothing rides along)."""
 
 
