@@ -14,9 +14,7 @@
 set -euo pipefail
 top=$(git rev-parse --show-toplevel)
 cd "$top"
-exclude=$(git rev-parse --git-path info/exclude)
-mkdir -p "$(dirname "$exclude")"
-grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
+# .gpu/ is in .gitignore: the carries travel by `carry`, never committed
 # the versions this project's own environment runs (.venv), so that the machine runs the same
 SITE_PACKAGES="ray==2.60.0 optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1"
 KERNEL_PACKAGES="liger-kernel==0.8.5 bitsandbytes==0.50.2"
