@@ -298,3 +298,17 @@ def test_the_doctor_table_agrees_with_what_the_trials_then_do(tmp_path):
             assert t.user_attrs["status"] in ("ok", "oom"), (config, t.user_attrs.get("error"))
             seen["measured"] += 1
     assert seen["invalid"] and seen["measured"], seen
+
+
+def test_a_replay_study_is_refused_with_one_line(capsys, tmp_path):
+    """A replay study reads its trials from a table: nothing would run on a node (exit 2, one
+    line naming the file and field, nothing written)."""
+    from explorer.cli import main
+
+    study = REPO / "benchmarks" / "search_studies" / "faults-granite-3.1-2b.yaml"
+    assert "kind: replay" in study.read_text()
+    code = main(["doctor", str(study), "--storage", f"sqlite:///{tmp_path / 's.db'}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].endswith(f"{study}: launcher.kind: replay reads trials from a table: nothing runs on a node")
+    assert not (tmp_path / "s.db").exists()
