@@ -63,6 +63,8 @@ STUDY = {
     "cuda": REPO / "studies" / "granite-3.1-2b-full-1xh100-throughput.yaml",
     "cpu": REPO / "benchmarks" / "gpu_kit_cpu.yaml",
 }
+PENDING = ("timed out", "waits")
+"""Statuses of a step that runs again at the next call."""
 TARGET_MFU = 0.40
 TARGET_SHORT_DTPS = 3 * 2700.0
 """Dataset tokens/s of granite-3.1-2b on short entries on one H100: 3x the 2.7k measured before
@@ -137,7 +139,7 @@ class Kit:
             }
             data["n_trials"] = min(int(data["n_trials"]), 12)
         data["storage"] = f"sqlite:///{self.out / 'kit.db'}"
-        data["output_dir"] = str(self.work / "runs")
+        data["output_dir"] = str(self.work / f"runs-{entries}")  # one run folder per storage
         path = self.work / f"{data['name']}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
@@ -158,7 +160,7 @@ def step_env(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
 def step_doctor(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
     study = kit.study("short")
     rc, _ = run_logged(_explorer("doctor", str(study), "--json"), kit.work / "doctor.log", limit)
-    report = kit.work / "runs" / "doctor" / "doctor.json"
+    report = kit.work / "runs-short" / "doctor" / "doctor.json"
     if report.is_file():
         data = json.loads(report.read_text())
         (kit.out / "doctor.json").write_text(json.dumps(data, indent=1))
@@ -253,7 +255,7 @@ def step_measure(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
     study = kit.study("short")
     best = _best(kit, study)
     if best is None:
-        return "not run (the short study has no measured trial yet)", {}
+        return "waits for a measured trial of the short study", {}
     config = {k: v for k, v in best["config"].items() if v is not None}
     (kit.work / "best-config.yaml").write_text(yaml.safe_dump(config))
     default = [
@@ -375,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     for step in STEPS:
         done = kit.state["steps"].get(step, {}).get("status", "")
-        if step not in ns.redo and step != "summary" and done and not done.startswith("timed out"):
+        if step not in ns.redo and step != "summary" and done and not done.startswith(PENDING):
             continue
         if time.monotonic() - started + limits[step] > ns.budget_s and step != "summary":
             print(f"gpu-kit: {step} and later steps wait for the next call (budget {ns.budget_s:.0f} s)")
@@ -386,12 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # recorded; the kit goes on with the next step
             status, more = f"failed: {type(exc).__name__}: {exc}", {}
         kit.record(step, status, time.monotonic() - t0, **more)
-    left = [
-        s
-        for s in STEPS
-        if kit.state["steps"].get(s, {}).get("status", "").startswith(("timed out",))
-        or s not in kit.state["steps"]
-    ]
+    left = [s for s in STEPS if kit.state["steps"].get(s, {}).get("status", "-").startswith(("-", *PENDING))]
     print(
         f"gpu-kit: {out}: "
         + ("every step ran" if not left else f"still to run: {', '.join(left)} (run the kit again)")
