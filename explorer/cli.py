@@ -404,9 +404,6 @@ def _doctor(args: argparse.Namespace) -> int:
     report = run_doctor(
         loaded, on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True)
     )
-    path = loaded.output_dir / "doctor" / "doctor.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report.to_json())
     print(report.to_json() if args.json else render_table(report))
     if not args.no_record:
         recorded = record_findings(loaded, report)

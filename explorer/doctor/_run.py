@@ -5,10 +5,11 @@ transformers are imported once for all of them."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 from explorer.doctor._cases import Case, Node, group_cases, plan_cases
@@ -75,7 +76,9 @@ def run_doctor(
     facts: dict[str, Any] | None = None,
     on_row: Callable[[Row], None] | None = None,
 ) -> DoctorReport:
-    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value: the
+    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value (each
+    row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
+    ``doctor.json`` at the end): the
     values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
     not end ``ok`` is split into one run per value, so that each failure names its own value."""
     from explorer.launch import zygote_environment
@@ -87,6 +90,10 @@ def run_doctor(
     cases = plan_cases(loaded.space, spec.resources, node)
     smoke = _Smoke(loaded)
     found: dict[int, tuple[Measurement, float]] = {}
+    folder = loaded.output_dir / "doctor"
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / "rows.jsonl"  # each row as it is found: evidence even if the doctor is cut short
+    partial.write_text("")
     for run in group_cases(cases, loaded.space, spec.resources, node):
         m, seconds = smoke.run(run.config)
         for case in run.cases:
@@ -94,10 +101,13 @@ def run_doctor(
                 found[id(case)] = (m, seconds)
             else:  # which value failed: each runs alone
                 found[id(case)] = smoke.run(case.config)
+            row = _row(case, *found[id(case)])
+            with partial.open("a") as fh:
+                fh.write(json.dumps(asdict(row)) + "\n")
             if on_row is not None:
-                on_row(_row(case, *found[id(case)]))
+                on_row(row)
     rows = [_row(c, *found.get(id(c), (None, None))) for c in cases]
-    return DoctorReport(
+    report = DoctorReport(
         study=spec.name,
         gpu_model=spec.resources.gpu_model,
         node=facts,
@@ -105,6 +115,8 @@ def run_doctor(
         rows=rows,
         seconds=time.monotonic() - started,
     )
+    (folder / "doctor.json").write_text(report.to_json())
+    return report
 
 
 class _Smoke:
