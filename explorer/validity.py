@@ -12,11 +12,23 @@ from typing import Any
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["DOCTOR_ATTR", "doctor_reason", "invalid_reason"]
+__all__ = ["DOCTOR_ATTR", "attach_findings", "doctor_reason", "invalid_reason"]
 
 DOCTOR_ATTR = "doctor"
 """The study's user attribute where ``explorer doctor`` records what each node type cannot run:
 ``{"invalid": {gpu_model: {knob: {json(value): reason}}}, "nodes": {gpu_model: {...}}}``."""
+_FINDINGS = "_explorer_doctor_findings"
+
+
+def attach_findings(resources: ResourcesSpec, recorded: Mapping[str, Any] | None) -> None:
+    """Make :func:`invalid_reason` on ``resources`` (this very object) also refuse what
+    ``explorer doctor`` recorded (``recorded``: the study's :data:`DOCTOR_ATTR`).
+
+    The findings live in the study's storage, not in the study file, yet every validity check of a
+    run (the loop's, the local search's, the proposals') is made on the study's ``resources``: so
+    ``optimize`` attaches them there once, as a plain attribute outside the model's fields (never
+    dumped, compared or sent to a trial)."""
+    object.__setattr__(resources, _FINDINGS, recorded or None)
 
 
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
@@ -59,7 +71,7 @@ def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
             "optim adafactor cannot run under FSDP2: transformers' Adafactor keeps its factored "
             "second moments as plain tensors, which FSDP2's sharded (DTensor) parameters refuse"
         )
-    return None
+    return doctor_reason(config, getattr(resources, _FINDINGS, None), resources)
 
 
 def doctor_reason(

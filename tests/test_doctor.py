@@ -310,5 +310,32 @@ def test_a_replay_study_is_refused_with_one_line(capsys, tmp_path):
     code = main(["doctor", str(study), "--storage", f"sqlite:///{tmp_path / 's.db'}"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err
-    assert err[0].endswith(f"{study}: launcher.kind: replay reads trials from a table: nothing runs on a node")
+    assert err[0].endswith(
+        f"{study}: launcher.kind: replay reads trials from a table: nothing runs on a node"
+    )
     assert not (tmp_path / "s.db").exists()
+
+
+def test_attached_findings_reach_every_validity_check_and_no_trial():
+    """``optimize`` attaches the recorded findings to the study's resources: ``invalid_reason``
+    (the loop's, the local search's, the proposals') then refuses the value; the resources a
+    trial receives (JSON) and their equality are unchanged."""
+    from explorer.spec import ResourcesSpec
+    from explorer.validity import attach_findings
+    from tests.builders import config
+
+    resources = ResourcesSpec(gpu_model="H100", gpus_per_node=8)
+    base = dict(batch_size=8, number_gpus=1, gradient_checkpointing=False, model_max_length=64)
+    blocked = config(base, liger_kernel=True)
+    assert invalid_reason(blocked, resources) is None
+    attach_findings(resources, {"invalid": {"H100": {"liger_kernel": {"true": "no triton"}}}})
+    assert (
+        invalid_reason(blocked, resources)
+        == "explorer doctor found liger_kernel=True failing on H100: no triton"
+    )
+    assert invalid_reason(config(base), resources) is None
+    assert invalid_reason(blocked, resources.model_copy()) is not None  # a capped copy keeps them
+    assert resources == ResourcesSpec(gpu_model="H100", gpus_per_node=8)
+    assert "doctor" not in json.dumps(resources.model_dump(mode="json"))
+    attach_findings(resources, None)
+    assert invalid_reason(blocked, resources) is None

@@ -40,7 +40,7 @@ from explorer.study._record import (
 )
 from explorer.study._recover import reclaim_orphans, requeue
 from explorer.trial_config import TrialConfig
-from explorer.validity import DOCTOR_ATTR, doctor_reason, invalid_reason
+from explorer.validity import DOCTOR_ATTR, attach_findings, invalid_reason
 
 if TYPE_CHECKING:
     import optuna
@@ -85,6 +85,7 @@ class Loop:
         done: int,
     ) -> None:
         spec = loaded.spec
+        attach_findings(spec.resources, study.user_attrs.get(DOCTOR_ATTR))  # explorer doctor's: invalid
         self.loaded, self.spec, self.study, self.drivers = loaded, spec, study, drivers
         self.launcher, self.owns_launcher = launcher, owns_launcher
         self.printer, self.progress = printer, progress
@@ -302,9 +303,7 @@ class Loop:
 
     def _invalid(self, trial: optuna.Trial, config: TrialConfig) -> bool:
         """Invalid on the study's resources: recorded so without running (counts)."""
-        reason = invalid_reason(config, self.spec.resources) or doctor_reason(
-            config, self.study.user_attrs.get(DOCTOR_ATTR), self.spec.resources
-        )
+        reason = invalid_reason(config, self.spec.resources)
         if reason is None:
             return False
         record_outcome(self.study, trial, Measurement(outcome=Outcome.INVALID, error=reason))
