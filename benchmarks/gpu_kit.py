@@ -258,7 +258,14 @@ def step_measure(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
     best = _best(kit, study)
     if best is None:
         return "waits for a measured trial of the short study", {}
-    config = {k: v for k, v in best["config"].items() if v is not None}
+    from explorer.knobs import knob
+
+    # what `measure --config` takes: the knobs that apply (not NONE, the backend of one GPU)
+    config = {
+        k: v
+        for k, v in best["config"].items()
+        if v is not None and not (knob(k).when is not None and v == knob(k).inactive)
+    }
     (kit.work / "best-config.yaml").write_text(yaml.safe_dump(config))
     default = [
         f"batch_size={config['batch_size']}",
