@@ -280,6 +280,9 @@ def test_the_doctor_table_agrees_with_what_the_trials_then_do(tmp_path):
         elif (name, json.loads(value)) != ("batch_size", 8):
             assert row["status"] == RAN, row
     print(f"doctor: {table['seconds']} s", file=sys.stderr)
+    runs = {r["config"] for r in table["rows"] if r["status"] == RAN}  # the configuration that checked each
+    assert len(runs) == len(list((tmp_path / "runs" / "doctor").glob("run-*")))
+    assert len(runs) < sum(r["status"] == RAN for r in table["rows"]) / 3
 
     proc = run_cli("optimize", str(study), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -45,7 +45,7 @@ def _first_line(m: Measurement) -> str:
     return lines[0].strip() if lines else f"ended {m.outcome.value}"
 
 
-def _row(case: Case, m: Measurement | None, seconds: float | None) -> Row:
+def _row(case: Case, m: Measurement | None, seconds: float | None, key: str | None = None) -> Row:
     if case.config is None or m is None:
         return Row(
             knob=case.knob,
@@ -54,7 +54,6 @@ def _row(case: Case, m: Measurement | None, seconds: float | None) -> Row:
             detail=case.reason or "",
             blocks=case.blocks,
         )
-    key = case.config.key()
     if m.outcome is Outcome.OK:
         return Row(knob=case.knob, value=case.value, status=RAN, config=key, seconds=seconds)
     oom = m.outcome is Outcome.OOM  # memory, not the value: the search learns it, nothing blocked
@@ -89,7 +88,7 @@ def run_doctor(
     node = node_of(loaded, facts)
     cases = plan_cases(loaded.space, spec.resources, node)
     smoke = _Smoke(loaded)
-    found: dict[int, tuple[Measurement, float]] = {}
+    found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
     folder = loaded.output_dir / "doctor"
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / "rows.jsonl"  # each row as it is found: evidence even if the doctor is cut short
@@ -98,15 +97,15 @@ def run_doctor(
         m, seconds = smoke.run(run.config)
         for case in run.cases:
             if m.outcome is Outcome.OK or len(run.cases) == 1 or case.config is None:
-                found[id(case)] = (m, seconds)
+                found[id(case)] = (m, seconds, run.config.key())
             else:  # which value failed: each runs alone
-                found[id(case)] = smoke.run(case.config)
+                found[id(case)] = (*smoke.run(case.config), case.config.key())
             row = _row(case, *found[id(case)])
             with partial.open("a") as fh:
                 fh.write(json.dumps(asdict(row)) + "\n")
             if on_row is not None:
                 on_row(row)
-    rows = [_row(c, *found.get(id(c), (None, None))) for c in cases]
+    rows = [_row(c, *found.get(id(c), (None, None, None))) for c in cases]
     report = DoctorReport(
         study=spec.name,
         gpu_model=spec.resources.gpu_model,
