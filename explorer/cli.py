@@ -46,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     _plan_arguments(sub)
     _audit_arguments(sub)
     _validate_arguments(sub)
+    _doctor_arguments(sub)
     return parser
 
 
@@ -308,6 +309,26 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
 
 
+def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    doc = sub.add_parser(
+        "doctor",
+        help="check this node: device, packages, and one smoke step of every knob value of the study",
+        description="Report this node's device, GPUs (NVML), torch/CUDA/NCCL versions and optional "
+        "packages, then run one short smoke step (the study's model, the smallest batch) for each "
+        "value of each knob in STUDY.yaml's space that the node can take: ran, failed (first error "
+        "line) or not applicable (why). Values this node cannot run are recorded with the study: "
+        "`optimize` records them invalid before launch. Exit status 1 when a value failed.",
+    )
+    doc.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    doc.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
+    doc.add_argument("--json", action="store_true", help="print the findings as JSON instead of a table")
+    doc.add_argument(
+        "--no-record",
+        action="store_true",
+        help="do not record the findings with the study (write nothing there)",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from explorer.errors import library_log_lines
@@ -338,6 +359,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _plan(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "doctor":
+            return _doctor(args)
     except SpecError as exc:
         print(f"explorer: error: {exc}", file=sys.stderr)
         return 2
@@ -380,6 +403,31 @@ def _validate(args: argparse.Namespace) -> int:
         how = "fixed" if len(domain.values) == 1 else "searched"
         print(f"  {name}: {', '.join(map(str, domain.values))} ({how})")
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from explorer.doctor import FAILED, record_findings, render_table, run_doctor
+    from explorer.study_file import load_study
+
+    loaded = load_study(args.study, storage=args.storage)
+    if loaded.spec.launcher.kind == "replay":
+        raise SpecError(
+            file=args.study,
+            field="launcher.kind",
+            problem="replay reads trials from a table: nothing runs on a node",
+        )
+    report = run_doctor(
+        loaded, on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True)
+    )
+    print(report.to_json() if args.json else render_table(report))
+    if not args.no_record:
+        recorded = record_findings(loaded, report)
+        n = sum(len(v) for v in recorded["invalid"][report.gpu_model].values())
+        print(
+            f"recorded with study {loaded.spec.name!r}: optimize records {n} values invalid on {report.gpu_model}",
+            file=sys.stderr,
+        )
+    return 1 if any(r.status == FAILED for r in report.rows) else 0
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -5,12 +5,30 @@ A configuration that breaks one is recorded as infeasible (``invalid``) with the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["invalid_reason", "invalid_reasons"]
+__all__ = ["DOCTOR_ATTR", "attach_findings", "doctor_reason", "invalid_reason", "invalid_reasons"]
+
+DOCTOR_ATTR = "doctor"
+"""The study's user attribute where ``explorer doctor`` records what each node type cannot run:
+``{"invalid": {gpu_model: {knob: {json(value): reason}}}, "nodes": {gpu_model: {...}}}``."""
+_FINDINGS = "_explorer_doctor_findings"
+
+
+def attach_findings(resources: ResourcesSpec, recorded: Mapping[str, Any] | None) -> None:
+    """Make :func:`invalid_reason` on ``resources`` (this very object) also refuse what
+    ``explorer doctor`` recorded (``recorded``: the study's :data:`DOCTOR_ATTR`).
+
+    The findings live in the study's storage, not in the study file, yet every validity check of a
+    run (the loop's, the local search's, the proposals') is made on the study's ``resources``: so
+    ``optimize`` attaches them there once, as a plain attribute outside the model's fields (never
+    dumped, compared or sent to a trial)."""
+    object.__setattr__(resources, _FINDINGS, recorded or None)
 
 
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:
@@ -64,3 +82,22 @@ def invalid_reasons(config: TrialConfig, resources: ResourcesSpec) -> Iterator[s
             "optim adamw_bnb_8bit cannot run under FSDP2: bitsandbytes' 8-bit AdamW steps on FSDP2's "
             "sharded (DTensor) parameters end in an illegal memory access (bitsandbytes#1633, open)"
         )
+    found = doctor_reason(config, getattr(resources, _FINDINGS, None), resources)
+    if found:
+        yield found
+
+
+def doctor_reason(
+    config: TrialConfig, recorded: Mapping[str, Any] | None, resources: ResourcesSpec
+) -> str | None:
+    """Why ``config`` cannot run: ``explorer doctor`` found one of its values failing (or not
+    importable) on the node type it runs on (``recorded``: the study's :data:`DOCTOR_ATTR`)."""
+    if not recorded:
+        return None
+    model = resources.model_of(config.gpu_model)
+    for name, values in recorded.get("invalid", {}).get(model, {}).items():
+        value = config.to_dict().get(name)
+        reason = values.get(json.dumps(value))
+        if reason:
+            return f"explorer doctor found {name}={value} failing on {model}: {reason}"
+    return None

@@ -129,12 +129,15 @@ class Needs:
     """A Python module the training processes must import (``flash_attn``)."""
     model_types: frozenset[str] | None = None
     """The transformers ``model_type`` values it supports (``None``: every one)."""
+    why: str | None = None
+    """Why it needs CUDA, where that is not plain (said in the line that refuses it)."""
 
     def unmet(self, value: Any, *, device: str | None, model_type: str | None) -> str | None:
         """Why ``value`` cannot run on ``device`` (``cuda``/``cpu``; ``auto``/``None``: not
         known yet) for ``model_type`` (``None``: not known), or ``None``."""
         if self.cuda and device == "cpu":
-            return f"{value!r} needs a CUDA device, but resources.device is cpu"
+            because = f" ({self.why})" if self.why else ""
+            return f"{value!r} needs a CUDA device{because}, but resources.device is cpu"
         if self.model_types is not None and model_type is not None and model_type not in self.model_types:
             known = sorted(self.model_types)
             return (

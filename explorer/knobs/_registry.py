@@ -41,7 +41,7 @@ BACKENDS: tuple[str, ...] = ("DDP", "FSDP")
 FSDP_SHARDING_STRATEGIES: tuple[str, ...] = ("FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD", "NO_SHARD")
 FSDP_VERSIONS: tuple[int, ...] = (1, 2)
 PADDINGS: tuple[str, ...] = ("max_length", "longest", "packed")
-ATTENTION: tuple[str, ...] = ("eager", "sdpa", "flash_attention_2")
+ATTENTION: tuple[str, ...] = ("eager", "sdpa", "flash_attention_2", "flex_attention")
 PRECISIONS: tuple[str, ...] = ("mixed", "pure_bf16")
 OPTIMIZERS: tuple[str, ...] = ("adamw_torch", "adamw_torch_fused", "adamw_bnb_8bit", "adafactor")
 LIGER_MODEL_TYPES = frozenset(
@@ -341,12 +341,19 @@ _DECLARED = (
         default="sdpa",
         check=one_of(ATTENTION),
         doc="the attention kernel: eager (plain matmuls and softmax), sdpa (torch's "
-        "scaled_dot_product_attention) or flash_attention_2 (CUDA and the flash_attn package)",
+        "scaled_dot_product_attention), flash_attention_2 (CUDA and the flash_attn package) or "
+        "flex_attention (torch's FlexAttention, compiled block-sparse masks: padding-free packed rows "
+        "without flash_attn; CUDA)",
         memory=Axis("ordered", (("flash_attention_2", "sdpa"), "eager")),
         speed=Axis("ordered", ("eager", "sdpa", "flash_attention_2")),
-        label=lambda v, c: None if v == "sdpa" else {"eager": "attn=eager"}.get(v, "flash2"),
+        label=lambda v, c: (
+            None if v == "sdpa" else {"eager": "attn=eager", "flex_attention": "flex"}.get(v, "flash2")
+        ),
         model_kwarg="attn_implementation",
-        needs={"flash_attention_2": Needs(cuda=True, module="flash_attn")},
+        needs={
+            "flash_attention_2": Needs(cuda=True, module="flash_attn"),
+            "flex_attention": Needs(cuda=True, why="torch's FlexAttention has no backward on the CPU"),
+        },
     ),
     Knob(
         name="precision",

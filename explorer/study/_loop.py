@@ -42,7 +42,7 @@ from explorer.study._record import (
 )
 from explorer.study._recover import close_surplus, reclaim_interrupted, reclaim_orphans, requeue
 from explorer.trial_config import TrialConfig
-from explorer.validity import invalid_reason
+from explorer.validity import DOCTOR_ATTR, attach_findings, invalid_reason
 
 if TYPE_CHECKING:
     import optuna
@@ -101,6 +101,7 @@ class Loop:
         done: int,
     ) -> None:
         spec = loaded.spec
+        attach_findings(spec.resources, study.user_attrs.get(DOCTOR_ATTR))  # explorer doctor's: invalid
         self.loaded, self.spec, self.study, self.drivers = loaded, spec, study, drivers
         self.launcher, self.owns_launcher = launcher, owns_launcher
         self.printer, self.progress = printer, progress

@@ -1,0 +1,37 @@
+"""Record the doctor's findings with the study, where ``optimize`` reads them: a configuration with
+a value the node type cannot run is invalid before launch, with the doctor's reason
+(:func:`explorer.validity.doctor_reason`)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from explorer.doctor._report import DoctorReport
+from explorer.validity import DOCTOR_ATTR
+
+if TYPE_CHECKING:
+    from explorer.spec import LoadedStudy
+
+__all__ = ["record_findings"]
+
+
+def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]:
+    """Store ``report``'s invalid values for its node type on the study (made if missing), beside
+    those of other node types; returns the attribute as stored."""
+    from explorer.study import open_study
+
+    study = open_study(loaded, create=True)
+    recorded: dict[str, Any] = dict(study.user_attrs.get(DOCTOR_ATTR) or {})
+    invalid = dict(recorded.get("invalid") or {})
+    nodes = dict(recorded.get("nodes") or {})
+    invalid[report.gpu_model] = report.invalid()
+    nodes[report.gpu_model] = {
+        "host": report.node.get("host"),
+        "device": report.device,
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "counts": report.counts(),
+    }
+    recorded = {"invalid": invalid, "nodes": nodes}
+    study.set_user_attr(DOCTOR_ATTR, recorded)
+    return recorded

@@ -1,0 +1,150 @@
+"""Run the doctor on this node: probe it, then one short smoke run per distinct configuration
+of :func:`explorer.doctor._cases.plan_cases`, each through :func:`explorer.launch.run_trial` (the
+function a Ray trial actor calls) with the ranks forked from one warm zygote, so that torch and
+transformers are imported once for all of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from typing import Any
+
+from explorer.doctor._cases import Case, Node, group_cases, plan_cases
+from explorer.doctor._probe import probe_in_child
+from explorer.doctor._report import FAILED, NOT_APPLICABLE, RAN, DoctorReport, Row
+from explorer.job import TrialJob
+from explorer.measurement import Measurement, Outcome
+from explorer.space import facts_of
+from explorer.spec import LoadedStudy, MeasurementSpec
+from explorer.trial_config import TrialConfig
+
+__all__ = ["SMOKE", "node_of", "run_doctor"]
+
+SMOKE = {"warmup_steps": 1, "measured_steps": 1}
+"""A smoke run: one step to start (and compile), one measured."""
+
+
+def node_of(loaded: LoadedStudy, facts: dict[str, Any]) -> Node:
+    """The :class:`Node` the probe's ``facts`` describe, for ``loaded``'s trials."""
+    resources = loaded.spec.resources
+    cuda = resources.device == "cuda" or (resources.device == "auto" and facts["cuda_available"])
+    missing = {m: str(f["error"]) for m, f in facts["packages"].items() if f["error"]}
+    return Node(
+        device="cuda" if cuda else "cpu",
+        gpus=facts["visible_gpus"] if cuda else resources.gpus_per_node,
+        missing=missing,
+        model_type=facts_of(loaded.spec.workload)["model_type"],
+    )
+
+
+def _first_line(m: Measurement) -> str:
+    lines = [line for line in (m.error or "").splitlines() if line.strip()]
+    return lines[0].strip() if lines else f"ended {m.outcome.value}"
+
+
+def _row(case: Case, m: Measurement | None, seconds: float | None, key: str | None = None) -> Row:
+    if case.config is None or m is None:
+        return Row(
+            knob=case.knob,
+            value=case.value,
+            status=NOT_APPLICABLE,
+            detail=case.reason or "",
+            blocks=case.blocks,
+        )
+    if m.outcome is Outcome.OK:
+        return Row(knob=case.knob, value=case.value, status=RAN, config=key, seconds=seconds)
+    oom = m.outcome is Outcome.OOM  # memory, not the value: the search learns it, nothing blocked
+    detail = ("out of memory: " if oom else "") + _first_line(m)
+    return Row(
+        knob=case.knob,
+        value=case.value,
+        status=FAILED,
+        detail=detail,
+        blocks=not oom,
+        config=key,
+        seconds=seconds,
+    )
+
+
+def run_doctor(
+    loaded: LoadedStudy,
+    *,
+    facts: dict[str, Any] | None = None,
+    on_row: Callable[[Row], None] | None = None,
+) -> DoctorReport:
+    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value (each
+    row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
+    ``doctor.json`` at the end): the
+    values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
+    not end ``ok`` is split into one run per value, so that each failure names its own value."""
+    from explorer.launch import zygote_environment
+
+    started = time.monotonic()
+    spec = loaded.spec
+    facts = facts or probe_in_child(zygote_environment(cpu_count=os.cpu_count() or 1))
+    node = node_of(loaded, facts)
+    cases = plan_cases(loaded.space, spec.resources, node)
+    smoke = _Smoke(loaded)
+    found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
+    folder = loaded.output_dir / "doctor"
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = folder / "rows.jsonl"  # each row as it is found: evidence even if the doctor is cut short
+    partial.write_text("")
+    for run in group_cases(cases, loaded.space, spec.resources, node):
+        m, seconds = smoke.run(run.config)
+        for case in run.cases:
+            if m.outcome is Outcome.OK or len(run.cases) == 1 or case.config is None:
+                found[id(case)] = (m, seconds, run.config.key())
+            else:  # which value failed: each runs alone
+                found[id(case)] = (*smoke.run(case.config), case.config.key())
+            row = _row(case, *found[id(case)])
+            with partial.open("a") as fh:
+                fh.write(json.dumps(asdict(row)) + "\n")
+            if on_row is not None:
+                on_row(row)
+    rows = [_row(c, *found.get(id(c), (None, None, None))) for c in cases]
+    report = DoctorReport(
+        study=spec.name,
+        gpu_model=spec.resources.gpu_model,
+        node=facts,
+        device=node.device,
+        rows=rows,
+        seconds=time.monotonic() - started,
+    )
+    (folder / "doctor.json").write_text(report.to_json())
+    return report
+
+
+class _Smoke:
+    """Smoke runs of one study's configurations, each once, through ``run_trial`` (warm)."""
+
+    def __init__(self, loaded: LoadedStudy) -> None:
+        self.loaded = loaded
+        self.measurement = MeasurementSpec.model_validate(
+            {**SMOKE, "trial_timeout_s": loaded.spec.measurement.trial_timeout_s}
+        )
+        self.done: dict[str, tuple[Measurement, float]] = {}
+
+    def run(self, config: TrialConfig) -> tuple[Measurement, float]:
+        from explorer.launch import run_trial
+
+        key = config.key()
+        if key not in self.done:
+            spec = self.loaded.spec
+            n = len(self.done)
+            job = replace(
+                TrialJob.for_study(self.loaded, config, trial_number=n), measurement=self.measurement
+            )
+            t0 = time.monotonic()
+            result = run_trial(
+                job,
+                work_dir=self.loaded.output_dir / "doctor" / f"run-{n}",
+                runner=spec.launcher.runner,
+                timeout_s=spec.measurement.trial_timeout_s,
+                warm_start=spec.launcher.warm_start,
+            )
+            self.done[key] = (result, time.monotonic() - t0)
+        return self.done[key]

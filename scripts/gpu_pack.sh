@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Packs what a lent GPU machine lacks into two carries of the device tool, each well under the
+# 64 MiB that one call may send (the tracked working tree, about 13 MB, travels too):
+#
+#   .gpu/site/site.tar.xz       Ray, Optuna and what they need (the machine has torch, transformers,
+#                               accelerate, peft, nvidia-ml-py, triton, rich, psutil); Ray's Java
+#                               jars and dashboard source maps dropped
+#   .gpu/kernels/kernels.tar.xz liger-kernel and bitsandbytes (its CUDA 13 and CPU libraries only:
+#                               the machine's torch is built for CUDA 13.0)
+#
+# and records each carry's size and packages in benchmarks/results/gpu/carry.json (a test checks
+# it). Run it here, in the repository root, where pip reaches PyPI:   bash scripts/gpu_pack.sh
+# docs/gpu.md says how the kit then unpacks them on the machine.
+set -euo pipefail
+top=$(git rev-parse --show-toplevel)
+cd "$top"
+# .gpu/ is in .gitignore: the carries travel by `carry`, never committed
+# the versions this project's own environment runs (.venv), so that the machine runs the same
+SITE_PACKAGES="ray==2.60.0 optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1"
+KERNEL_PACKAGES="liger-kernel==0.8.5 bitsandbytes==0.50.2"
+LIMIT=$((64 * 1024 * 1024))
+platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+python=${PYTHON:-python3}
+
+pack() {  # pack NAME PACKAGES...: download the wheels, unzip them, prune, tar.xz
+  local name=$1; shift
+  local tmp; tmp=$(mktemp -d)
+  $python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    $platforms -d "$tmp/whl" "$@" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+  mkdir -p "$tmp/site"
+  for wheel in "$tmp"/whl/*.whl; do unzip -q -o "$wheel" -d "$tmp/site"; done
+  rm -rf "$tmp/site/ray/jars"
+  find "$tmp/site" -name '*.map' -path '*dashboard*' -delete
+  find "$tmp/site/bitsandbytes" -name 'libbitsandbytes_*.so' ! -name 'libbitsandbytes_cuda13*' \
+    ! -name 'libbitsandbytes_cpu*' -delete 2>/dev/null || true
+  rm -rf ".gpu/$name" && mkdir -p ".gpu/$name"
+  tar -cJf ".gpu/$name/$name.tar.xz" -C "$tmp/site" .
+  rm -rf "$tmp"
+}
+
+pack site $SITE_PACKAGES
+pack kernels $KERNEL_PACKAGES
+tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+$python - "$tree" "$LIMIT" "$SITE_PACKAGES" "$KERNEL_PACKAGES" <<'PY'
+import json, os, sys
+tree, limit, site, kernels = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+carries = {}
+for name, packages in (("site", site), ("kernels", kernels)):
+    size = os.path.getsize(f".gpu/{name}/{name}.tar.xz")
+    carries[f".gpu/{name}"] = {"bytes": size, "packages": packages}
+    if size + tree >= limit:
+        sys.exit(f"gpu_pack: .gpu/{name} ({size} bytes) and the tree ({tree} bytes) exceed {limit} bytes")
+os.makedirs("benchmarks/results/gpu", exist_ok=True)
+record = {"limit_bytes": limit, "tree_bytes_when_packed": tree, "carries": carries}
+open("benchmarks/results/gpu/carry.json", "w").write(json.dumps(record, indent=1) + "\n")
+for path, c in carries.items():
+    print(f"{path}: {c['bytes'] / 2**20:.1f} MiB (+ tree {tree / 2**20:.1f} MiB < 64 MiB)")
+PY
