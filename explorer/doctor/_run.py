@@ -108,7 +108,7 @@ def run_doctor(
     rows = [_row(c, *found.get(id(c), (None, None, None))) for c in cases]
     report = DoctorReport(
         study=spec.name,
-        gpu_model=spec.resources.gpu_model,
+        gpu_model=spec.resources.model,
         node=facts,
         device=node.device,
         rows=rows,
