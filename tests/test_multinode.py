@@ -362,7 +362,9 @@ def test_a_lost_node_fails_its_trial_in_one_line_without_rays_node_logs(
     lost = trials[2]
     assert lost.user_attrs["status"] == "failed" and lost.user_attrs["error"].startswith("node ")
     assert not [t for t in study.get_trials() if t.state is optuna.trial.TrialState.RUNNING]
-    (failed_line,) = [line for line in out.splitlines() if f"trial {lost.number} " in line and "failed" in line]
+    (failed_line,) = [
+        line for line in out.splitlines() if f"trial {lost.number} " in line and "failed" in line
+    ]
     assert "Ray:" in failed_line
     audited = subprocess.run([*cli, "audit", str(path)], env=cluster.env, capture_output=True, text=True)
     assert audited.returncode == 0, audited.stdout + audited.stderr

@@ -37,7 +37,7 @@ def summary(text: str) -> str:
     if text.startswith(_RAYLET_DIED):
         return "a Ray node's raylet died (killed, out of memory, or crashed), the trials on it fail"
     first = text.strip().splitlines()[0] if text.strip() else "(empty)"
-    return f"Ray: {first[:100]}{'...' if len(first) > 100 else ''}"
+    return f"{first[:100]}{'...' if len(first) > 100 else ''}"
 
 
 class RayMessages:
@@ -69,7 +69,7 @@ class RayMessages:
         if original is None or isinstance(original, RayMessages):
             return False
         self._original = original
-        worker.print_to_stdstream = self  # type: ignore[assignment]  # read at each call
+        worker.print_to_stdstream = self  # Ray reads this global at each message
         return True
 
     def restore(self) -> None:
@@ -91,7 +91,9 @@ class RayMessages:
             if self._last_line is not None and now - self._last_line < QUIET_S:
                 return
             self._last_line = now
-            where = f"Ray's report: {self.log_path}" if kept is None else f"not kept ({kept})"
+            where = (
+                f"Ray's report: {self.log_path}" if kept is None else f"not kept in {self.log_path} ({kept})"
+            )
             stream = self._stream or sys.stderr
             print(f"ray: {summary(text)}; {where}", file=stream, flush=True)
 
