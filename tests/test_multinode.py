@@ -272,3 +272,108 @@ def test_a_two_node_trial_runs_across_both_ray_nodes(two_node_cluster, write_stu
     assert exported.returncode == 0, exported.stderr
     rows = {(int(r["batch_size"]), int(r["number_nodes"])): r for r in csv.DictReader(out.open())}
     assert rows[4, 2]["rank_nodes"] == two.user_attrs["rank_nodes"]
+
+
+def _descendants_running(root_pids: set[int], needle: str) -> list[int]:
+    """Processes under ``root_pids`` whose command line holds ``needle``."""
+    import psutil
+
+    found = []
+    for pid in root_pids:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process(pid).children(recursive=True):
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    if needle in " ".join(child.cmdline()):
+                        found.append(child.pid)
+    return found
+
+
+@pytest.mark.slow  # a real node loss on the 2-node cluster: in `make test-slow`, about 80 s here
+def test_a_lost_node_fails_its_trial_in_one_line_without_rays_node_logs(
+    two_node_cluster, write_study, tmp_path
+):
+    """The second node's raylet is SIGKILLed while a two-node trial trains on it. Ray's agents on
+    that node then publish the raylet's last log lines to every driver (43 lines in all), which
+    Ray's driver printed as ``(raylet)`` lines: they go to ``ray-messages.log`` in the run folder,
+    the driver prints one line about them, the trial fails in its own line, and the study audits."""
+    cluster = two_node_cluster
+    runs = tmp_path / "runs"
+    path = write_study(
+        {
+            "storage": f"sqlite:///{tmp_path}/s.db",
+            "output_dir": str(runs),
+            "n_trials": 2,
+            "sampler": {"kind": "grid"},
+            "resources": {"gpus_per_node": 2, "nodes": 2, "cpus_per_trial_process": 1},
+            "launcher": {"address": cluster.address, "warm_start": False, "max_retries": 0},
+            # the node dies mid-training; a retry would wait for the dead node's placement (minutes)
+            "measurement": {"stop": "seconds", "stop_after_seconds": 20, "trial_timeout_s": 240},
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4]},
+                    "number_gpus": {"values": [2]},
+                    "number_nodes": {"values": [1, 2]},  # the grid runs the one-node trial first
+                    "distributed_backend": {"choices": ["DDP"]},
+                    "gradient_checkpointing": {"choices": [False]},
+                }
+            },
+        }
+    )
+    second = {pid for pid in cluster.raylet_pids() if str(cluster.temp_dirs[1]) in _cmdline(pid)}
+    assert len(second) == 1
+    before = set(_worker_processes())
+    cli = [sys.executable, "-m", "explorer"]
+    out_path, err_path = tmp_path / "driver.out", tmp_path / "driver.err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        driver = subprocess.Popen([*cli, "optimize", str(path)], env=cluster.env, stdout=out, stderr=err)
+    try:
+        deadline = time.monotonic() + 150
+        # the first trial done, then the second one's ranks on node 2
+        while time.monotonic() < deadline and not (
+            "[  1/2]" in out_path.read_text() and _descendants_running(second, "explorer.worker")
+        ):
+            assert driver.poll() is None, out_path.read_text() + err_path.read_text()
+            time.sleep(0.5)
+        assert _descendants_running(second, "explorer.worker"), out_path.read_text() + err_path.read_text()
+        time.sleep(3)  # training
+        os.kill(next(iter(second)), 9)
+        driver.wait(timeout=150)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    out, err = out_path.read_text(), err_path.read_text()
+    print(out + err)
+    assert driver.returncode == 0, out + err
+    # Ray's messages reached this driver (else the test proves nothing) and went to the file
+    kept = (runs / "ray-messages.log").read_text()
+    assert "Raylet is terminated" in kept and "Last 20 lines of the Raylet logs" in kept
+    assert "(raylet)" not in out + err and "Raylet" not in out + err
+    said = [line for line in (out + err).splitlines() if line.startswith("ray: ")]
+    assert len(said) == 1 and "raylet died" in said[0] and str(runs / "ray-messages.log") in said[0]
+    assert err.strip() == said[0]  # nothing else on stderr
+
+    import optuna
+
+    study = optuna.load_study(study_name="test", storage=f"sqlite:///{tmp_path}/s.db")
+    trials = {t.user_attrs["number_nodes"]: t for t in study.get_trials()}
+    assert set(trials) == {1, 2}
+    assert trials[1].user_attrs["status"] == "ok", trials[1].user_attrs.get("error")
+    lost = trials[2]
+    assert lost.user_attrs["status"] == "failed" and lost.user_attrs["error"].startswith("node ")
+    assert not [t for t in study.get_trials() if t.state is optuna.trial.TrialState.RUNNING]
+    (failed_line,) = [
+        line for line in out.splitlines() if f"trial {lost.number} " in line and "failed" in line
+    ]
+    assert "Ray:" in failed_line
+    audited = subprocess.run([*cli, "audit", str(path)], env=cluster.env, capture_output=True, text=True)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert set(_worker_processes()) - before == set()
+
+
+def _cmdline(pid: int) -> str:
+    import psutil
+
+    with contextlib.suppress(psutil.NoSuchProcess):
+        return " ".join(psutil.Process(pid).cmdline())
+    return ""

@@ -33,6 +33,7 @@ from explorer.launch._placement import (
     node_capacity,
     rank_nodes,
 )
+from explorer.launch._ray_messages import RayMessages
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import ResourcesSpec, StudySpec
@@ -312,6 +313,8 @@ class RayLauncher:
         self._capacity: dict[str, dict[str, int]] = {}
         self._capacity_at: dict[str, float] = {}
         self._started_ray = False
+        self._messages = RayMessages(log_path=output_dir / "ray-messages.log")
+        """Ray's error messages (a lost node's raylet log) go to the run folder, not the terminal."""
         self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
         self._zygote_hosts: list[Any] = []
         self.run_id = new_run_id()
@@ -362,6 +365,7 @@ class RayLauncher:
                 _kill_ray_children()
             raise
         self._started_ray = True
+        self._messages.install()
         if self.warm_start:
             self._start_zygote_hosts()
 
@@ -396,6 +400,7 @@ class RayLauncher:
         self._zygote_hosts.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+        self._messages.restore()
 
     # -- trials ---------------------------------------------------------------------------------
 
