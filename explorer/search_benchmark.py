@@ -17,6 +17,8 @@ fresh in-memory study per repeat, with seeds 0..R-1:
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults (plain TPE); OOM is still a constraint, no
   inference;
+* ``model``: the default with the joint models of :mod:`explorer.search._surrogate` proposing
+  instead of the frontier walk and the neighbours (``LocalSearch.surrogate``);
 * ``gp``: Optuna's GPSampler with its defaults (categorical parameters one-hot, conditional ones
   sampled independently); no inference.
 
@@ -60,8 +62,9 @@ VARIANTS = (
     "random",
     "optuna",
     "gp",
+    "model",
 )
-LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3")
+LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3", "model")
 """The variants with local search."""
 TARGET = 0.98
 NOISE_FREE = "dataset_tokens_per_second_per_gpu_noise_free"
@@ -202,7 +205,16 @@ def _run_study(
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
-    optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False)
+    from explorer.search import _neighbours
+
+    before = _neighbours.SURROGATE
+    _neighbours.SURROGATE = variant == "model"
+    try:
+        optimize(
+            run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False
+        )
+    finally:
+        _neighbours.SURROGATE = before
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     return sorted(trials, key=lambda t: t.number)
 
