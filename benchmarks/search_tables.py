@@ -473,6 +473,18 @@ def search(
     return result
 
 
+def merge_results(first: str, second: str, *, out: str) -> Path:
+    """Two ``search --sequences`` results of the same tables and variants, other seeds, as one
+    (``benchmarks/results/<out>``), every figure recomputed from the pooled runs."""
+    from explorer.search_benchmark import merge, to_json
+
+    a, b = (json.loads((ROOT / "benchmarks" / "results" / n).read_text()) for n in (first, second))
+    merged = {t: json.loads(to_json(merge(a[t], b[t]))) for t in a if t in b}
+    path = ROOT / "benchmarks" / "results" / out
+    path.write_text(json.dumps(merged))
+    return path
+
+
 def remeasure(rounds: int) -> Path:
     """Measure every feasible one-process configuration of the CPU table ``rounds`` more times.
 
@@ -538,7 +550,7 @@ def remeasure(rounds: int) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["tables", "search", "remeasure"])
+    parser.add_argument("what", choices=["tables", "search", "remeasure", "merge"])
     parser.add_argument(
         "--rounds", type=int, default=4, help="remeasure: measurements added per configuration"
     )
@@ -557,9 +569,14 @@ def main() -> int:
     parser.add_argument("--variants", nargs="+", default=[], help="search: only these variants")
     parser.add_argument("--out", help="search: the result file's name under benchmarks/results/")
     parser.add_argument("--sequences", action="store_true", help="search: record each run's trial sequence")
+    parser.add_argument(
+        "--merge", nargs=2, metavar="JSON", help="merge: two results with sequences (other seeds) into --out"
+    )
     args = parser.parse_args()
     if args.what == "tables":
         write_tables(tuple(args.tables))
+    elif args.what == "merge":
+        merge_results(*args.merge, out=args.out)
     elif args.what == "remeasure":
         remeasure(args.rounds)
     else:

@@ -349,6 +349,40 @@ def benchmark_search(
     return out
 
 
+def runs_of(variant: str, sequences: list[dict[str, Any]]) -> list[SearchRun]:
+    """The runs a result recorded with ``sequences`` (what :func:`_sequence` wrote)."""
+    return [
+        SearchRun(
+            variant=variant,
+            seed=s["seed"],
+            values=s["value"],
+            inferred=s["inferred"],
+            reused=s["reused"],
+            scores=s["score"],
+            gpu_seconds=s["gpu_seconds"],
+            configs=s["config"],
+        )
+        for s in sequences
+    ]
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """One table's two results with sequences (other seeds, same variants) as one: the runs
+    pooled and every figure recomputed (the CPU seconds a trial: their mean, weighted by trials)."""
+    assert a["table"] == b["table"] and a["best"] == b["best"] and a["n_trials"] == b["n_trials"]
+    out = dict(a, seeds=[min(a["seeds"][0], b["seeds"][0]), max(a["seeds"][1], b["seeds"][1])], variants={})
+    for variant, va in a["variants"].items():
+        vb = b["variants"][variant]
+        runs = runs_of(variant, va["sequences"] + vb["sequences"])
+        figures = summarize_runs(runs, best=a["best"])
+        n_a, n_b = (sum(len(s["config"]) for s in v["sequences"]) for v in (va, vb))
+        figures["cpu_seconds_per_trial"] = (
+            va["cpu_seconds_per_trial"] * n_a + vb["cpu_seconds_per_trial"] * n_b
+        ) / (n_a + n_b)
+        out["variants"][variant] = figures | {"sequences": va["sequences"] + vb["sequences"]}
+    return out
+
+
 def _sequence(run: SearchRun) -> dict[str, Any]:
     """One run as recorded: its seed and, per counted trial, the configuration's index, the value
     the search saw, its score and GPU-seconds."""
