@@ -85,7 +85,7 @@ class LocalSearch:
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
     _encoding: Encoding | None = field(default=None, repr=False)
-    _keys: list[str] = field(default_factory=list, repr=False)
+    _keys: dict[str, int] = field(default_factory=dict, repr=False)
     _seed: str = field(default="0", repr=False)
 
     @property
@@ -97,7 +97,7 @@ class LocalSearch:
         """The valid configurations, encoded once."""
         if self._encoding is None:
             self._encoding = Encoding.of(self.space, self.valid())
-            self._keys = [c.key() for c in self.valid()]
+            self._keys = {c.key(): i for i, c in enumerate(self.valid())}
         return self._encoding
 
     def _modelled_pick(
@@ -114,7 +114,9 @@ class LocalSearch:
         import numpy as np
 
         enc = self.encoding()
-        rows = np.array([i for i, k in enumerate(self._keys) if k not in answered], dtype=int)
+        open_ = np.ones(len(enc.configs), dtype=bool)
+        open_[[self._keys[k] for k in answered if k in self._keys]] = False
+        rows = np.flatnonzero(open_)
         if not len(rows):
             return None
         score = surrogate.acquisition(rows)
@@ -122,8 +124,9 @@ class LocalSearch:
             near = surrogate.distance(rows, enc.index[local]) <= LOCAL_DISTANCE
             if near.any():
                 score = np.where(near, score, -np.inf)
-        rng = random.Random(f"{self._seed}:{salt}")
-        jitter = np.array([rng.random() for _ in range(len(rows))])
+        jitter = np.random.default_rng(random.Random(f"{self._seed}:{salt}").getrandbits(64)).random(
+            len(rows)
+        )
         order = np.lexsort((jitter, -np.round(score, 12)))
         for i in order[:200]:
             c = enc.configs[rows[i]]

@@ -153,6 +153,7 @@ class _Gp:
         centred: bool,
     ) -> None:
         import numpy as np
+        from scipy.linalg import cho_solve
 
         self.enc, self.at, self.kernel = enc, np.array(at, dtype=int), kernel
         a0, a1, a2, a3, noise = kernel
@@ -161,23 +162,32 @@ class _Gp:
         resid = np.array(y) - prior[self.at]
         self.prior = prior + (float(resid.mean()) if centred else 0.0)
         resid = np.array(y) - self.prior[self.at]
-        self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, resid))
+        self.alpha = cho_solve((self.chol, True), resid)
 
     def _k(self, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+        import numpy as np
+
         enc = self.enc
         cols = self.at if cols is None else cols
         a0, a1, a2, a3, _ = self.kernel
-        m = enc.onehot[rows] @ enc.onehot[cols].T
-        return a0 + a1 * m + a2 * m * (m - 1) / 2 + a3 * enc.batch[rows, None] * enc.batch[None, cols]
+        m = enc.onehot[rows] @ enc.onehot[cols].T  # float32, the shared parameters
+        k = m - 1
+        k *= a2 / 2
+        k += a1
+        k *= m
+        k += a0
+        k += np.outer(a3 * enc.batch[rows], enc.batch[cols]).astype(np.float32)
+        return k.astype(np.float64)
 
     def predict(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         import numpy as np
+        from scipy.linalg import solve_triangular
 
         a0, a1, a2, a3, _ = self.kernel
         g = self.enc.groups
         kx = self._k(rows)
         mean = self.prior[rows] + kx @ self.alpha
-        v = np.linalg.solve(self.chol, kx.T)
+        v = solve_triangular(self.chol, kx.T, lower=True, check_finite=False)
         prior_var = a0 + a1 * g + a2 * g * (g - 1) / 2 + a3 * self.enc.batch[rows] ** 2
         var = np.maximum(prior_var - (v * v).sum(axis=0), 1e-9)
         return mean, np.sqrt(var)
