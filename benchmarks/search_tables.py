@@ -415,7 +415,19 @@ STUDIES = {
     "model-llama-3.1-8b.csv": ROOT / "benchmarks" / "search_studies" / "llama-3.1-8b.yaml",
 }
 """The tables ``search`` runs by default, and their study files."""
-OTHER_STUDIES = {KNOBS_TABLE: KNOBS_STUDY}
+KNOB_SCENARIOS = (
+    "granite-2b-h100x8-short",
+    "llama-8b-a100-40x2-full",
+    "llama-8b-h100x4-lora-long",
+    "qwen-0.5b-l40s-x4-short",
+    "mistral-7b-a100-80x2-lora",
+    "granite-2b-a100-80x4-compile",
+    "llama-8b-h100x8-full-long",
+)
+"""The tables of ``benchmarks/knob_tables.py`` (issue 23): ``--tables knobs`` names them all."""
+OTHER_STUDIES = {KNOBS_TABLE: KNOBS_STUDY} | {
+    f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml" for n in KNOB_SCENARIOS
+}
 """Tables ``search`` runs only when named (``--tables``)."""
 
 
@@ -427,6 +439,7 @@ def search(
     tables: tuple[str, ...] = (),
     variants: tuple[str, ...] = (),
     out: str | None = None,
+    sequences: bool = False,
 ) -> dict:
     """benchmark-search over ``tables`` (default: :data:`STUDIES`) with ``variants`` (default:
     all), written to ``benchmarks/results/<out>`` (default: ``search_benchmark[.seedsN].json``)."""
@@ -435,22 +448,41 @@ def search(
     from explorer.search_benchmark import VARIANTS, benchmark_search, format_table, to_json
     from explorer.study_file import load_study
 
+    if "knobs" in tables:
+        tables = tuple(t for t in tables if t != "knobs") + tuple(f"knobs-{n}.csv" for n in KNOB_SCENARIOS)
     studies = {t: (STUDIES | OTHER_STUDIES)[t] for t in tables} if tables else STUDIES
+    name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
     result = {}
     for table, study in studies.items():
         loaded = load_study(study, replay_table=TABLES / table)
         start = time.monotonic()
         figures = benchmark_search(
-            loaded, repeats=repeats, n_trials=n_trials, first_seed=first_seed, variants=variants or VARIANTS
+            loaded,
+            repeats=repeats,
+            n_trials=n_trials,
+            first_seed=first_seed,
+            variants=variants or VARIANTS,
+            sequences=sequences,
         )
         print(format_table(figures), flush=True)
         result[table] = json.loads(to_json(figures))
         if tables:  # a run of its own records how long it took (the default files never did)
             result[table]["seconds"] = round(time.monotonic() - start, 1)
-    name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
-    path = ROOT / "benchmarks" / "results" / name
-    path.write_text(json.dumps(result, indent=2))
+        path = ROOT / "benchmarks" / "results" / name
+        path.write_text(json.dumps(result, indent=2 if not sequences else None))  # each table as it ends
     return result
+
+
+def merge_results(first: str, second: str, *, out: str) -> Path:
+    """Two ``search --sequences`` results of the same tables and variants, other seeds, as one
+    (``benchmarks/results/<out>``), every figure recomputed from the pooled runs."""
+    from explorer.search_benchmark import merge, to_json
+
+    a, b = (json.loads((ROOT / "benchmarks" / "results" / n).read_text()) for n in (first, second))
+    merged = {t: json.loads(to_json(merge(a[t], b[t]))) for t in a if t in b}
+    path = ROOT / "benchmarks" / "results" / out
+    path.write_text(json.dumps(merged))
+    return path
 
 
 def remeasure(rounds: int) -> Path:
@@ -518,7 +550,7 @@ def remeasure(rounds: int) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["tables", "search", "remeasure"])
+    parser.add_argument("what", choices=["tables", "search", "remeasure", "merge"])
     parser.add_argument(
         "--rounds", type=int, default=4, help="remeasure: measurements added per configuration"
     )
@@ -536,9 +568,15 @@ def main() -> int:
     )
     parser.add_argument("--variants", nargs="+", default=[], help="search: only these variants")
     parser.add_argument("--out", help="search: the result file's name under benchmarks/results/")
+    parser.add_argument("--sequences", action="store_true", help="search: record each run's trial sequence")
+    parser.add_argument(
+        "--merge", nargs=2, metavar="JSON", help="merge: two results with sequences (other seeds) into --out"
+    )
     args = parser.parse_args()
     if args.what == "tables":
         write_tables(tuple(args.tables))
+    elif args.what == "merge":
+        merge_results(*args.merge, out=args.out)
     elif args.what == "remeasure":
         remeasure(args.rounds)
     else:
@@ -549,6 +587,7 @@ def main() -> int:
             tables=tuple(args.tables),
             variants=tuple(args.variants),
             out=args.out,
+            sequences=args.sequences,
         )
     return 0
 

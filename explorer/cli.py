@@ -118,7 +118,8 @@ def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.Argumen
         "variant (default: explorer's TPE with local search and OOM inference; no-inference: without "
         "inference; no-priors: without the memory and throughput priors; cover-start: without the "
         "frontier walk; tpe-every-3: TPE every third trial; no-local-search: without local search; "
-        "random; optuna: Optuna's TPE defaults) "
+        "random; optuna: Optuna's TPE defaults; gp: Optuna's GPSampler; model: the joint models of "
+        "throughput and memory proposing instead of local search) "
         "and report the trials needed to reach 98% of the table's best.",
     )
     bench.add_argument("study", metavar="STUDY.yaml", help="the study whose space and sampler are replayed")
@@ -131,7 +132,7 @@ def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.Argumen
     bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
     bench.add_argument(
         "--variants",
-        default="default,no-inference,no-priors,cover-start,tpe-every-3,no-local-search,random,optuna",
+        default="default,no-inference,no-priors,cover-start,tpe-every-3,no-local-search,random,optuna,gp,model",
         metavar="LIST",
         help="comma-separated variants to run (default: all of them)",
     )

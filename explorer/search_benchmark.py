@@ -15,10 +15,21 @@ fresh in-memory study per repeat, with seeds 0..R-1:
 * ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
   search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
-* ``optuna``: Optuna's TPESampler with its defaults; OOM is still a constraint, no inference.
+* ``optuna``: Optuna's TPESampler with its defaults (plain TPE); OOM is still a constraint, no
+  inference;
+* ``model``: the default with the joint models of :mod:`explorer.search._surrogate` proposing
+  instead of the frontier walk and the neighbours (``LocalSearch.surrogate``);
+* ``gp``: Optuna's GPSampler with its defaults (categorical parameters one-hot, conditional ones
+  sampled independently); no inference.
 
 A trial counts as in a study: reused and inferred answers are free; every measured trial counts,
 OOM included. The target is 98% of the best feasible value the table holds for the study's space.
+A table may carry a noise-free column (:data:`NOISE_FREE`): the search then sees the noisy
+measurement and is scored by the noise-free value of what it found (so the target is not a lucky
+draw). Each run records its sequence (the configurations' indices among the space's valid ones,
+their scores and GPU-seconds): a trial costs its GPUs times its duration on the replay's clock
+(the row's recorded ``wall_seconds``, else the study's simulated durations), and the GPU-hours to
+reach the target are the sum over the counted trials up to the first that reaches it.
 """
 
 from __future__ import annotations
@@ -37,6 +48,8 @@ from explorer.spec import LoadedStudy
 if TYPE_CHECKING:
     import optuna
 
+    from explorer.trial_config import TrialConfig
+
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs", "trial_sequence"]
 
 VARIANTS = (
@@ -48,10 +61,14 @@ VARIANTS = (
     "no-local-search",
     "random",
     "optuna",
+    "gp",
+    "model",
 )
-LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3")
+LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3", "model")
 """The variants with local search."""
 TARGET = 0.98
+NOISE_FREE = "dataset_tokens_per_second_per_gpu_noise_free"
+"""A table's noise-free objective, when it has one (a modelled table): what runs are scored by."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,38 +78,86 @@ class SearchRun:
     variant: str
     seed: int
     values: list[float | None]
+    """What the search saw (``None``: infeasible)."""
     inferred: int
     reused: int
+    scores: list[float | None] | None = None
+    """The noise-free value of each counted trial (``None``: the table has none; ``values`` score)."""
+    gpu_seconds: list[float] | None = None
+    """Each counted trial's GPUs times its duration on the replay's clock."""
+    configs: list[int] | None = None
+    """Each counted trial's configuration: its index among the space's valid configurations."""
+    seconds: float = 0.0
+    """Wall-clock seconds the run took (the loop, the search and the sampler)."""
+
+    @property
+    def scored(self) -> list[float | None]:
+        return self.values if self.scores is None else self.scores
 
     def trials_to(self, target: float) -> int | None:
         """1-based index of the first counted trial at or above ``target``; ``None`` if never."""
-        for i, v in enumerate(self.values, start=1):
+        for i, v in enumerate(self.scored, start=1):
             if v is not None and v >= target:
                 return i
         return None
 
+    def gpu_hours_to(self, target: float) -> float | None:
+        """GPU-hours of the counted trials up to the first at or above ``target``; ``None`` if never."""
+        n = self.trials_to(target)
+        if n is None or self.gpu_seconds is None:
+            return None
+        return sum(self.gpu_seconds[:n]) / 3600
+
     def best_after(self, n: int) -> float:
-        feasible = [v for v in self.values[:n] if v is not None]
+        feasible = [v for v in self.scored[:n] if v is not None]
         return max(feasible, default=0.0)
 
 
 def best_in_table(loaded: LoadedStudy, table: ReplayTable) -> tuple[float, int, int]:
-    """(best feasible value, configurations of the space in the table, of the space missing from it)."""
-    from explorer.measurement import Outcome
+    """(best feasible score, configurations of the space in the table, of the space missing from it)."""
     from explorer.validity import invalid_reason
 
     best, present, missing = 0.0, 0, 0
     for config in loaded.space.enumerate():
         if invalid_reason(config, loaded.spec.resources) is not None:
             continue
-        m = table.measurement(config)
-        if m.outcome is Outcome.FAILED:
+        rows = table.lookup(config)
+        if not rows:
             missing += 1
             continue
         present += 1
-        if m.outcome is Outcome.OK and m.properties is not None:
-            best = max(best, m.properties.dataset_tokens_per_second_per_gpu)
+        best = max(best, score(table, config) or 0.0)
     return best, present, missing
+
+
+def score(table: ReplayTable, config: TrialConfig) -> float | None:
+    """What a run that found ``config`` is scored by: the median noise-free value of its valid
+    rows where the table has that column, else the replay's answer; ``None``: infeasible."""
+    from explorer.measurement import Outcome
+
+    valid = [r for r in table.lookup(config) if r.valid and OBJECTIVE in r.values]
+    if valid and all(NOISE_FREE in r.values for r in valid):
+        return statistics.median(r.values[NOISE_FREE] for r in valid)
+    m = table.measurement(config)
+    if m.outcome is Outcome.OK and m.properties is not None:
+        return m.properties.dataset_tokens_per_second_per_gpu
+    return None
+
+
+def gpu_seconds(loaded: LoadedStudy, table: ReplayTable, config: TrialConfig) -> float:
+    """A trial's GPUs times its duration on the replay's clock: the row's recorded seconds, else
+    the study's simulated duration of its outcome (without jitter)."""
+    from explorer.measurement import Outcome
+    from explorer.spec import DurationSpec
+
+    m = table.measurement(config)
+    durations = loaded.spec.launcher.durations or DurationSpec()
+    seconds = m.wall_seconds if durations.use_recorded and m.wall_seconds > 0 else 0.0
+    if seconds <= 0:
+        seconds = {Outcome.OK: durations.ok_s, Outcome.OOM: durations.oom_s}.get(
+            m.outcome, durations.failed_s
+        )
+    return config.number_gpus * seconds
 
 
 def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -107,6 +172,8 @@ def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
         return optuna.samplers.RandomSampler(seed=seed)
     if variant == "optuna":
         return optuna.samplers.TPESampler(seed=seed)
+    if variant == "gp":
+        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
     raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -138,25 +205,59 @@ def _run_study(
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
-    optimize(run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False)
+    from explorer.search import _neighbours
+
+    before = _neighbours.SURROGATE
+    _neighbours.SURROGATE = variant == "model"
+    try:
+        optimize(
+            run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False
+        )
+    finally:
+        _neighbours.SURROGATE = before
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     return sorted(trials, key=lambda t: t.number)
 
 
-def run_once(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> SearchRun:
-    """One fresh study of ``n_trials`` counted trials against the replay table, summed up."""
-    from explorer.study import status_of
+def run_once(
+    loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int, index: dict[str, int] | None = None
+) -> SearchRun:
+    """One fresh study of ``n_trials`` counted trials against the replay table, summed up
+    (``index``: configuration key -> index among the valid ones, see :func:`valid_index`)."""
+    import time
+
+    from explorer.study import config_of, status_of
     from explorer.study._record import counts
 
+    table = loaded.replay_table
+    assert table is not None, "benchmark-search needs a replay table"
+    start = time.process_time()
     trials = _run_study(loaded, variant, seed, n_trials=n_trials)
+    seconds = time.process_time() - start
     counted = [t for t in trials if counts(t)]
+    configs = [config_of(t) for t in counted]
     return SearchRun(
         variant=variant,
         seed=seed,
         values=[t.values[0] if status_of(t) == "ok" else None for t in counted],
         inferred=sum("inferred_from" in t.user_attrs for t in trials),
         reused=sum("reused_from" in t.user_attrs for t in trials),
+        scores=[
+            score(table, c) if status_of(t) == "ok" else None for t, c in zip(counted, configs, strict=True)
+        ],
+        gpu_seconds=[round(gpu_seconds(loaded, table, c), 1) for c in configs],
+        configs=[index.get(c.key(), -1) for c in configs] if index is not None else None,
+        seconds=seconds,
     )
+
+
+def valid_index(loaded: LoadedStudy) -> dict[str, int]:
+    """Each valid configuration's key and its index in the space's enumeration of the valid ones
+    (what a run's recorded sequence refers to)."""
+    from explorer.validity import invalid_reason
+
+    valid = (c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None)
+    return {c.key(): i for i, c in enumerate(valid)}
 
 
 def trial_sequence(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int) -> list[tuple[str, str]]:
@@ -186,6 +287,14 @@ def summarize_runs(
     ranked = sorted(n if n is not None else math.inf for n in needed)
     counted = sum(len(r.values) for r in runs)
     infeasible = sum(v is None for r in runs for v in r.values)
+    hours = [r.gpu_hours_to(target) for r in runs]
+    extra: dict[str, Any] = {}
+    if all(r.gpu_seconds is not None for r in runs):
+        extra = {
+            "median_gpu_hours_to_98pct": statistics.median(h if h is not None else math.inf for h in hours),
+            "gpu_hours_to_98pct": [None if h is None else round(h, 4) for h in hours],
+            "cpu_seconds_per_trial": sum(r.seconds for r in runs) / max(1, counted),
+        }
     return {
         "runs": len(runs),
         "median_trials_to_98pct": statistics.median(ranked) if ranked else math.inf,
@@ -197,7 +306,7 @@ def summarize_runs(
         "share_infeasible_trials": infeasible / counted if counted else 0.0,
         "inferred_per_run": statistics.mean(r.inferred for r in runs),
         "trials_to_98pct": needed,
-    }
+    } | extra
 
 
 def benchmark_search(
@@ -208,12 +317,14 @@ def benchmark_search(
     variants: tuple[str, ...] = VARIANTS,
     on_run: Callable[[SearchRun], None] | None = None,
     first_seed: int = 0,
+    sequences: bool = False,
 ) -> dict[str, Any]:
-    """Every variant ``repeats`` times (seeds ``first_seed`` onwards); returns the table's best
-    and each variant's figures."""
+    """Every variant ``repeats`` times (seeds ``first_seed`` onwards) against the table loaded
+    once; returns the table's best and each variant's figures (``sequences``: each run's too)."""
     table = loaded.replay_table
     assert table is not None, "benchmark-search needs a replay table"
     best, present, missing = best_in_table(loaded, table)
+    index = valid_index(loaded) if sequences else None
     out: dict[str, Any] = {
         "table": str(table.path),
         "objective": OBJECTIVE,
@@ -222,17 +333,69 @@ def benchmark_search(
         "configurations_missing": missing,
         "n_trials": n_trials,
         "seeds": [first_seed, first_seed + repeats - 1],
+        "scored_by": NOISE_FREE if any(NOISE_FREE in r.values for r in table.rows) else OBJECTIVE,
         "variants": {},
     }
     for variant in variants:
         runs = []
         for seed in range(first_seed, first_seed + repeats):
-            run = run_once(loaded, variant, seed, n_trials=n_trials)
+            run = run_once(loaded, variant, seed, n_trials=n_trials, index=index)
             runs.append(run)
             if on_run is not None:
                 on_run(run)
         out["variants"][variant] = summarize_runs(runs, best=best)
+        if sequences:
+            out["variants"][variant]["sequences"] = [_sequence(r) for r in runs]
     return out
+
+
+def runs_of(variant: str, sequences: list[dict[str, Any]]) -> list[SearchRun]:
+    """The runs a result recorded with ``sequences`` (what :func:`_sequence` wrote)."""
+    return [
+        SearchRun(
+            variant=variant,
+            seed=s["seed"],
+            values=s["value"],
+            inferred=s["inferred"],
+            reused=s["reused"],
+            scores=s["score"],
+            gpu_seconds=s["gpu_seconds"],
+            configs=s["config"],
+        )
+        for s in sequences
+    ]
+
+
+def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """One table's two results with sequences (other seeds, same variants) as one: the runs
+    pooled and every figure recomputed (the CPU seconds a trial: their mean, weighted by trials)."""
+    assert a["table"] == b["table"] and a["best"] == b["best"] and a["n_trials"] == b["n_trials"]
+    out = dict(a, seeds=[min(a["seeds"][0], b["seeds"][0]), max(a["seeds"][1], b["seeds"][1])], variants={})
+    for variant, va in a["variants"].items():
+        vb = b["variants"][variant]
+        runs = runs_of(variant, va["sequences"] + vb["sequences"])
+        figures = summarize_runs(runs, best=a["best"])
+        n_a, n_b = (sum(len(s["config"]) for s in v["sequences"]) for v in (va, vb))
+        figures["cpu_seconds_per_trial"] = (
+            va["cpu_seconds_per_trial"] * n_a + vb["cpu_seconds_per_trial"] * n_b
+        ) / (n_a + n_b)
+        out["variants"][variant] = figures | {"sequences": va["sequences"] + vb["sequences"]}
+    return out
+
+
+def _sequence(run: SearchRun) -> dict[str, Any]:
+    """One run as recorded: its seed and, per counted trial, the configuration's index, the value
+    the search saw, its score and GPU-seconds."""
+    assert run.configs is not None and run.gpu_seconds is not None
+    return {
+        "seed": run.seed,
+        "config": run.configs,
+        "value": run.values,
+        "score": run.scored,
+        "gpu_seconds": run.gpu_seconds,
+        "inferred": run.inferred,
+        "reused": run.reused,
+    }
 
 
 def format_table(result: dict[str, Any]) -> str:

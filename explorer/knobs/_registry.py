@@ -157,6 +157,46 @@ def _sharding_memory(a: Config, b: Config) -> bool:
     return a.distributed_backend != "FSDP" or SHARDING.at_least(_strategy(a), _strategy(b))
 
 
+class _Depends:
+    """An order that depends on other knobs: :meth:`axis_for` picks the :class:`Axis` a
+    configuration's context calls for; two configurations compare along the axis of the first
+    context (in ``axes`` order) that either of them is in, so a pair across contexts is compared
+    only where both contexts' orders agree to (a value outside an axis equals only itself)."""
+
+    def __init__(self, name: str, *axes: tuple[Any, Axis]) -> None:
+        self.name = name
+        self.axes = axes
+        """(context test, axis) pairs; the last test should hold always."""
+
+    def axis_for(self, c: Config) -> Axis:
+        return next(axis for test, axis in self.axes if test(c))
+
+    def __call__(self, a: Config, b: Config) -> bool:
+        axis = next(axis for test, axis in self.axes if test(a) or test(b))
+        return axis.at_least(getattr(a, self.name), getattr(b, self.name))
+
+
+def _always(c: Config) -> bool:
+    return True
+
+
+def _dense(c: Config) -> bool:
+    """sdpa and eager attend over the whole padded or packed row (transformers' 4-D mask)."""
+    return c.attn_implementation != "flash_attention_2"
+
+
+def _compiled(c: Config) -> bool:
+    return bool(c.torch_compile)
+
+
+def _fsdp1(c: Config) -> bool:
+    return c.distributed_backend == "FSDP" and c.fsdp_version == 1
+
+
+ADAMW = ("adamw_torch", "adamw_torch_fused")
+"""Tied in memory: the fused kernel keeps the same two states (torch/optim/adam.py)."""
+
+
 def _single_or_equal(name: str) -> Any:
     """Speed: one GPU beats any backend; otherwise only the same value compares."""
     return lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name)
@@ -307,7 +347,13 @@ _DECLARED = (
         doc="the optimizer (TrainingArguments.optim): adamw_torch, adamw_torch_fused (one kernel for "
         "all parameters), adamw_bnb_8bit (8-bit states; CUDA and bitsandbytes) or adafactor "
         "(factored second moments, no first moment; not under FSDP2)",
-        memory=Axis("ordered", ("adafactor", "adamw_bnb_8bit", ("adamw_torch", "adamw_torch_fused"))),
+        # adafactor's factored moments need 2-D weights: FSDP1's flat 1-D shards get full second
+        # moments, more than 8-bit AdamW's two states (issue 27, item 5)
+        memory=_Depends(
+            "optim",
+            (_fsdp1, Axis("ordered", ("adamw_bnb_8bit", "adafactor", ADAMW))),
+            (_always, Axis("ordered", ("adafactor", "adamw_bnb_8bit", ADAMW))),
+        ),
         speed=Axis("ordered", ("adamw_torch", "adamw_torch_fused")),
         feature=None,
         label=lambda v, c: None if v == "adamw_torch" else v,
@@ -331,8 +377,19 @@ _DECLARED = (
         doc="max_length: every entry padded to model_max_length; longest: each batch to its longest "
         "entry; packed: padding-free, a batch's entries concatenated with their boundaries kept "
         "(position ids; no attention crosses an entry)",
-        memory=Axis("ordered", ("packed", "longest", "max_length")),
-        speed=Axis("ordered", ("max_length", "longest", "packed")),
+        # packed with sdpa or eager: transformers builds a dense block-diagonal mask over the whole
+        # packed row, and the kernel computes all of it (issue 27, item 5): more memory and work
+        # than padding each entry can be; with flash attention (varlen) packing needs least
+        memory=_Depends(
+            "padding",
+            (_dense, Axis("ordered", ("longest", "max_length"))),
+            (_always, Axis("ordered", ("packed", "longest", "max_length"))),
+        ),
+        speed=_Depends(
+            "padding",
+            (_dense, Axis("ordered", ("max_length", "longest"))),
+            (_always, Axis("ordered", ("max_length", "longest", "packed"))),
+        ),
         data_option="padding",
     ),
     Knob(
@@ -344,8 +401,14 @@ _DECLARED = (
         "scaled_dot_product_attention), flash_attention_2 (CUDA and the flash_attn package) or "
         "flex_attention (torch's FlexAttention, compiled block-sparse masks: padding-free packed rows "
         "without flash_attn; CUDA)",
-        memory=Axis("ordered", (("flash_attention_2", "sdpa"), "eager")),
-        speed=Axis("ordered", ("eager", "sdpa", "flash_attention_2")),
+        # sdpa holds a boolean mask of every row's square that flash never builds
+        memory=Axis("ordered", ("flash_attention_2", "sdpa", "eager")),
+        # under torch_compile flash attention's unpadding breaks the graph: flash can lose to sdpa
+        speed=_Depends(
+            "attn_implementation",
+            (_compiled, Axis("ordered", ("eager", "sdpa"))),
+            (_always, Axis("ordered", ("eager", "sdpa", "flash_attention_2"))),
+        ),
         label=lambda v, c: (
             None if v == "sdpa" else {"eager": "attn=eager", "flex_attention": "flex"}.get(v, "flash2")
         ),
@@ -374,7 +437,8 @@ _DECLARED = (
         doc="Liger Kernel's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross entropy) patched into "
         "the model (CUDA, the liger_kernel package and a model type it supports)",
         memory=Axis("decreasing"),
-        speed=Axis("increasing"),
+        # under torch_compile Liger's autograd functions break the graph: no order
+        speed=_Depends("liger_kernel", (_compiled, Axis()), (_always, Axis("increasing"))),
         label=lambda v, c: "liger" if v else None,
         needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
     ),

@@ -46,6 +46,7 @@ from explorer.knobs import Axis, Knob, knobs
 from explorer.search._frontier import frontier_probe
 from explorer.search._inference import inferred_oom
 from explorer.search._memory_model import MemoryModels
+from explorer.search._surrogate import LOCAL_DISTANCE, Encoding, Surrogate
 from explorer.search._throughput_prior import Ceilings
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
@@ -53,7 +54,12 @@ from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
-__all__ = ["LocalSearch"]
+__all__ = ["SURROGATE", "LocalSearch"]
+
+SURROGATE = False
+"""Whether a new :class:`LocalSearch` proposes from the joint models (not yet the default: on the
+issue-23 tables it does not yet beat the neighbour search everywhere; benchmark-search measures it
+as its ``model`` variant)."""
 
 
 @dataclass(kw_only=True)
@@ -72,8 +78,61 @@ class LocalSearch:
     """Order neighbours capped below 98% of the best by a faster measured configuration last."""
     frontier: bool = True
     """Start with the frontier walk (:mod:`explorer.search._frontier`) before covering the space."""
+    surrogate: bool = field(default_factory=lambda: SURROGATE)
+    """With the frontier walk and both priors on: propose from the joint models of
+    :mod:`explorer.search._surrogate` over the whole space instead of the walk and the neighbours
+    (off by default: benchmark-search's ``model`` variant turns it on, see :data:`SURROGATE`)."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
+    _encoding: Encoding | None = field(default=None, repr=False)
+    _keys: dict[str, int] = field(default_factory=dict, repr=False)
+    _seed: str = field(default="0", repr=False)
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the joint models propose (see :attr:`surrogate`)."""
+        return self.surrogate and self.frontier and self.memory_prior and self.throughput_prior
+
+    def encoding(self) -> Encoding:
+        """The valid configurations, encoded once."""
+        if self._encoding is None:
+            self._encoding = Encoding.of(self.space, self.valid())
+            self._keys = {c.key(): i for i, c in enumerate(self.valid())}
+        return self._encoding
+
+    def _modelled_pick(
+        self,
+        surrogate: Surrogate,
+        answered: set[str],
+        ooms: list[tuple[int, TrialConfig]],
+        salt: str,
+        local: TrialConfig | None = None,
+    ) -> TrialConfig | None:
+        """The open configuration with the highest acquisition (not answered, not inferred OOM)."""
+        import random
+
+        import numpy as np
+
+        enc = self.encoding()
+        open_ = np.ones(len(enc.configs), dtype=bool)
+        open_[[self._keys[k] for k in answered if k in self._keys]] = False
+        rows = np.flatnonzero(open_)
+        if not len(rows):
+            return None
+        score = surrogate.acquisition(rows)
+        if local is not None and len(answered) % 2:
+            near = surrogate.distance(rows, enc.index[local]) <= LOCAL_DISTANCE
+            if near.any():
+                score = np.where(near, score, -np.inf)
+        jitter = np.random.default_rng(random.Random(f"{self._seed}:{salt}").getrandbits(64)).random(
+            len(rows)
+        )
+        order = np.lexsort((jitter, -np.round(score, 12)))
+        for i in order[:200]:
+            c = enc.configs[rows[i]]
+            if inferred_oom(c, ooms) is None:
+                return c
+        return enc.configs[rows[order[0]]]
 
     def propose(
         self,
@@ -94,6 +153,13 @@ class LocalSearch:
         ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
         if not ranked:
             return None
+        if self.modelled:
+            surrogate = Surrogate.fit(
+                self.encoding(), feasible=ranked, ooms=[c for _, c in ooms], peaks=list(peaks)
+            )
+            best = ranked[0][0] if ranked[0][0] in self.encoding().index else None
+            chosen = self._modelled_pick(surrogate, answered, ooms, f"{len(answered)}", best)
+            return None if chosen is None else (chosen, ranked[0][0])
         model = _AdditiveModel.fit(ranked)
         memory = MemoryModels.fit(list(peaks), [c for _, c in ooms]) if self.memory_prior else None
         ceilings = Ceilings.of(ranked) if self.throughput_prior else None
@@ -129,7 +195,14 @@ class LocalSearch:
         fitted: Iterable[TrialConfig],
         last: TrialConfig | None,
     ) -> TrialConfig | None:
-        """The frontier walk's next probe (:mod:`explorer.search._frontier`), or ``None``."""
+        """The frontier walk's next probe (:mod:`explorer.search._frontier`), or ``None``; with
+        the joint models, the prior's best guess that is expected to fit."""
+        self._seed = seed.split(":")[0]
+        if self.modelled:
+            surrogate = Surrogate.fit(
+                self.encoding(), feasible=[], ooms=[c for _, c in ooms], fitted=list(fitted)
+            )
+            return self._modelled_pick(surrogate, answered, ooms, seed)
         return frontier_probe(
             space=self.space,
             valid=self.valid(),

@@ -1,0 +1,267 @@
+"""Joint models of a study's trials over the whole space: log-throughput and fitting in memory.
+
+Every valid configuration of the space is encoded once: one category per searched parameter (a
+knob that does not apply is its own category), and the log of the per-device batch. Two Gaussian
+processes share that encoding, with the kernel
+
+    k(x, x') = a0 + a1 * m + a2 * m (m - 1) / 2 + a3 * lb * lb'
+
+where ``m`` counts the parameters on which ``x`` and ``x'`` agree and ``lb`` is the centred log2 of
+the per-device batch. That is Bayesian linear regression on one effect per parameter value, one
+per *pair* of values (every interaction of two knobs: attention x padding, compile x kernels,
+sharding x GPUs), and a slope in the batch, fitted on every measured trial at once. An untried
+value is explored through its uncertainty, not rated as the best seen; one odd trial moves its
+values' effects by its share of the evidence only.
+
+* **Throughput**: log of the measured objective, around a prior mean from the registry's speed
+  orders (:attr:`explorer.knobs.Knob.speed`: a value higher up an order starts a little faster, a
+  prior that a few trials overturn).
+* **Memory**: whether a configuration fits. A feasible trial with a measured peak is labelled by
+  how far below the card's limit it stayed (the limit estimated as just above the largest
+  feasible peak), one without a peak slightly below, an OOM above; the prior mean comes from the
+  registry's memory orders and the per-device tokens, centred so that half the space is
+  expected to fit before anything is known. ``P(fit)`` is the chance that the latent value is
+  below the limit.
+
+The next trial maximises the expected improvement of log-throughput over the best measured,
+times ``P(fit)`` (constrained expected improvement, Gardner et al. 2014): the whole space at once,
+so several knobs move together whenever the model says so, and a region that only memory forced
+is left as soon as something outside it is predicted to fit and be faster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from explorer.knobs import Axis, knob
+from explorer.space import SearchSpace
+from explorer.space._domain import Fixed
+from explorer.trial_config import TrialConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["Encoding", "Surrogate"]
+
+SPEED_PRIOR = 0.15
+"""Prior log-throughput gained from the bottom to the top of one knob's speed order."""
+BATCH_SPEED_PRIOR = 0.05
+"""Prior log-throughput gained per doubling of the per-device batch."""
+MEMORY_PRIOR = 1.0
+"""Prior latent memory gained from the bottom to the top of one knob's memory order."""
+TOKENS_MEMORY_PRIOR = 0.7
+"""Prior latent memory gained per doubling of the per-device tokens (batch x length)."""
+THROUGHPUT_KERNEL = (0.1, 0.3, 0.02, 0.05, 0.03**2)
+"""a0, a1, a2, a3 and the noise variance of the throughput model (log units)."""
+MEMORY_KERNEL = (0.1, 0.1, 0.01, 0.1, 0.05**2)
+"""The same for the memory model (latent units: log of memory over the limit)."""
+OOM_LABEL = 0.5
+"""Latent memory of a configuration that ran out of memory."""
+FIT_LABEL = -0.25
+"""Latent memory of a feasible configuration without a measured peak."""
+LIMIT_MARGIN = 1.05
+FIT_POWER = 2.0
+"""The chance to fit enters the acquisition squared: an OOM costs a whole trial and teaches less
+than a measurement."""
+LOCAL_DISTANCE = 2
+"""Every other trial looks only at configurations this many parameters or fewer away from the
+best measured one (a trust region: several knobs at once, but near what is known)."""
+"""The limit estimated above the largest feasible peak."""
+
+
+def _level(axis: Any, value: Any, values: Sequence[Any]) -> float:
+    """Where ``value`` stands on a declared order, from 0 (bottom) to 1 (top); 0.5: unknown."""
+    if not isinstance(axis, Axis) or axis.kind == "equal":
+        return 0.5
+    if axis.kind == "ordered":
+        level = axis.level(value)
+        return 0.5 if level is None or len(axis.order) < 2 else level / (len(axis.order) - 1)
+    ranked = sorted(v for v in values if v is not None)
+    if value not in ranked or len(ranked) < 2:
+        return 0.5
+    up = ranked.index(value) / (len(ranked) - 1)
+    return up if axis.kind == "increasing" else 1 - up
+
+
+@dataclass
+class Encoding:
+    """Every valid configuration of a space, encoded once for both models."""
+
+    configs: list[TrialConfig]
+    index: dict[TrialConfig, int]
+    onehot: np.ndarray
+    """One column per (parameter, value); each row has one 1 per parameter."""
+    groups: int
+    batch: np.ndarray
+    """Centred log2 of the per-device batch."""
+    speed_prior: np.ndarray
+    memory_prior: np.ndarray
+
+    @classmethod
+    def of(cls, space: SearchSpace, configs: list[TrialConfig]) -> Encoding:
+        import numpy as np
+
+        names = [n for n, d in space.domains.items() if not isinstance(d, Fixed)]
+        columns: dict[tuple[str, Any], int] = {}
+        rows = np.zeros((len(configs), 0), dtype=np.float32)
+        cells: list[list[int]] = []
+        speed = np.zeros(len(configs))
+        memory = np.zeros(len(configs))
+        for i, c in enumerate(configs):
+            row = []
+            for name in names:
+                value = getattr(c, name)
+                row.append(columns.setdefault((name, value), len(columns)))
+                k, values = knob(name), space.domains[name].values
+                speed[i] += SPEED_PRIOR * (_level(k.speed, value, values) - 0.5)
+                if name != "batch_size":  # the batch enters through the tokens below
+                    memory[i] += MEMORY_PRIOR * (_level(k.memory, value, values) - 0.5)
+            cells.append(row)
+        rows = np.zeros((len(configs), len(columns)), dtype=np.float32)
+        for i, row in enumerate(cells):
+            rows[i, row] = 1.0
+        lb = np.array([math.log2(max(1, c.per_device_batch_size)) for c in configs])
+        tokens = np.array([math.log2(max(1, c.per_device_batch_size * c.model_max_length)) for c in configs])
+        speed += BATCH_SPEED_PRIOR * (lb - lb.mean())
+        memory += TOKENS_MEMORY_PRIOR * (tokens - tokens.mean())
+        memory -= float(np.median(memory))
+        return cls(
+            configs=configs,
+            index={c: i for i, c in enumerate(configs)},
+            onehot=rows,
+            groups=len(names),
+            batch=lb - lb.mean(),
+            speed_prior=speed,
+            memory_prior=memory,
+        )
+
+
+class _Gp:
+    """A Gaussian process on the encoding's kernel, conditioned on observations at rows ``at``."""
+
+    def __init__(
+        self,
+        enc: Encoding,
+        at: Sequence[int],
+        y: Sequence[float],
+        prior: np.ndarray,
+        kernel: tuple,
+        *,
+        centred: bool,
+    ) -> None:
+        import numpy as np
+        from scipy.linalg import cho_solve
+
+        self.enc, self.at, self.kernel = enc, np.array(at, dtype=int), kernel
+        a0, a1, a2, a3, noise = kernel
+        k = self._k(self.at) + noise * np.eye(len(self.at))
+        self.chol = np.linalg.cholesky(k)
+        resid = np.array(y) - prior[self.at]
+        self.prior = prior + (float(resid.mean()) if centred else 0.0)
+        resid = np.array(y) - self.prior[self.at]
+        self.alpha = cho_solve((self.chol, True), resid)
+
+    def _k(self, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+        import numpy as np
+
+        enc = self.enc
+        cols = self.at if cols is None else cols
+        a0, a1, a2, a3, _ = self.kernel
+        m = enc.onehot[rows] @ enc.onehot[cols].T  # float32, the shared parameters
+        k = m - 1
+        k *= a2 / 2
+        k += a1
+        k *= m
+        k += a0
+        k += np.outer(a3 * enc.batch[rows], enc.batch[cols]).astype(np.float32)
+        return k.astype(np.float64)
+
+    def predict(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import numpy as np
+        from scipy.linalg import solve_triangular
+
+        a0, a1, a2, a3, _ = self.kernel
+        g = self.enc.groups
+        kx = self._k(rows)
+        mean = self.prior[rows] + kx @ self.alpha
+        v = solve_triangular(self.chol, kx.T, lower=True, check_finite=False)
+        prior_var = a0 + a1 * g + a2 * g * (g - 1) / 2 + a3 * self.enc.batch[rows] ** 2
+        var = np.maximum(prior_var - (v * v).sum(axis=0), 1e-9)
+        return mean, np.sqrt(var)
+
+
+@dataclass
+class Surrogate:
+    """Both models fitted to a study's trials, and the acquisition over the candidates."""
+
+    enc: Encoding
+    speed: _Gp | None
+    memory: _Gp | None
+    best: float
+
+    @classmethod
+    def fit(
+        cls,
+        enc: Encoding,
+        *,
+        feasible: Iterable[tuple[TrialConfig, float]],
+        ooms: Iterable[TrialConfig],
+        fitted: Iterable[TrialConfig] = (),
+        peaks: Iterable[tuple[TrialConfig, float]] = (),
+    ) -> Surrogate:
+        """The models of these trials (configurations outside the encoding are left out)."""
+        feasible = list(feasible)
+        obs = [(enc.index[c], math.log(max(v, 1e-9))) for c, v in feasible if c in enc.index]
+        speed = (
+            _Gp(
+                enc,
+                [i for i, _ in obs],
+                [y for _, y in obs],
+                enc.speed_prior,
+                THROUGHPUT_KERNEL,
+                centred=True,
+            )
+            if obs
+            else None
+        )
+        measured = {c: p for c, p in peaks if c in enc.index and math.isfinite(p) and p > 0}
+        limit = max(measured.values(), default=0.0) * LIMIT_MARGIN
+        labels: dict[int, float] = {}
+        for c in [*fitted, *(c for c, _ in feasible)]:
+            if c in enc.index:
+                p = measured.get(c)
+                labels[enc.index[c]] = math.log(p / limit) if p is not None and limit > 0 else FIT_LABEL
+        for c in ooms:
+            if c in enc.index:
+                labels[enc.index[c]] = OOM_LABEL
+        at = list(labels)
+        memory = (
+            _Gp(enc, at, [labels[i] for i in at], enc.memory_prior, MEMORY_KERNEL, centred=False)
+            if at
+            else None
+        )
+        return cls(enc=enc, speed=speed, memory=memory, best=max((y for _, y in obs), default=-math.inf))
+
+    def acquisition(self, rows: np.ndarray) -> np.ndarray:
+        """Expected improvement of log-throughput over the best measured, times the chance to fit
+        (before any feasible trial: the prior's log-throughput plus the log of that chance)."""
+        import numpy as np
+        from scipy.stats import norm
+
+        fit = np.ones(len(rows))
+        if self.memory is not None:
+            mu, sd = self.memory.predict(rows)
+            fit = norm.cdf(-mu / sd)
+        if self.speed is None:
+            return self.enc.speed_prior[rows] + FIT_POWER * np.log(np.maximum(fit, 1e-12))
+        mu, sd = self.speed.predict(rows)
+        z = (mu - self.best) / sd
+        ei = sd * (z * norm.cdf(z) + norm.pdf(z))
+        return ei * fit**FIT_POWER
+
+    def distance(self, rows: np.ndarray, to: int) -> np.ndarray:
+        """How many parameters of each row differ from row ``to``'s."""
+        return self.enc.groups - self.enc.onehot[rows] @ self.enc.onehot[to]

@@ -1,0 +1,100 @@
+"""benchmark-search on the issue-23 tables (benchmarks/results/search_benchmark.knob-tables.json):
+every figure recomputes from the runs' recorded sequences, and docs/benchmarks.md shows them."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULT = ROOT / "benchmarks" / "results" / "search_benchmark.knob-tables.json"
+TARGET = 0.98
+
+
+def _result() -> dict:
+    return json.loads(RESULT.read_text())
+
+
+def _trials_to(scores: list[float | None], target: float) -> int | None:
+    return next((i for i, v in enumerate(scores, start=1) if v is not None and v >= target), None)
+
+
+def figures(table: dict, variant: str) -> dict[str, float]:
+    """One variant's figures on one table, from its runs' sequences alone."""
+    best = table["best"]
+    runs = table["variants"][variant]["sequences"]
+    needed = [_trials_to(r["score"], TARGET * best) for r in runs]
+    hours = [
+        None if n is None else sum(r["gpu_seconds"][:n]) / 3600 for n, r in zip(needed, runs, strict=True)
+    ]
+    after = [max((v for v in r["score"][:20] if v is not None), default=0.0) / best for r in runs]
+    return {
+        "median": statistics.median(math.inf if n is None else n for n in needed),
+        "best_after_20": statistics.mean(after),
+        "gpu_hours": statistics.median(math.inf if h is None else h for h in hours),
+        "runs": len(runs),
+    }
+
+
+def summary(result: dict, variant: str) -> dict[str, float]:
+    """Over the tables: the median of the per-table medians, the mean of the per-table means."""
+    per = [figures(t, variant) for t in result.values()]
+    return {
+        "median": statistics.median(f["median"] for f in per),
+        "best_after_20": statistics.mean(f["best_after_20"] for f in per),
+    }
+
+
+def _cell(x: float, digits: int = 1) -> str:
+    return "never" if math.isinf(x) else f"{x:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{x:g}"
+
+
+def rows(result: dict) -> list[str]:
+    """The lines of docs/benchmarks.md's table of these runs."""
+    out = []
+    for name, table in result.items():
+        for variant in table["variants"]:
+            f = figures(table, variant)
+            out.append(
+                f"| {name.removeprefix('knobs-').removesuffix('.csv')} | {variant} | {_cell(f['median'])} | "
+                f"{f['best_after_20']:.3f} | {_cell(f['gpu_hours'], 2)} |"
+            )
+    return out
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="no recorded run")
+def test_recorded_figures_recompute_from_the_sequences():
+    result = _result()
+    recorded = json.loads(
+        (ROOT / "benchmarks" / "results" / "tables" / "knobs-tables.sha256.json").read_text()
+    )
+    for name, table in result.items():
+        assert table["best"] == pytest.approx(
+            recorded[name.removeprefix("knobs-").removesuffix(".csv")]["best"]
+        )
+        assert table["scored_by"] == "dataset_tokens_per_second_per_gpu_noise_free"
+        for variant, v in table["variants"].items():
+            f = figures(table, variant)
+            ranked = [math.inf if n is None else n for n in v["trials_to_98pct"]]
+            assert f["median"] == statistics.median(ranked)
+            assert f["best_after_20"] == pytest.approx(v["mean_best_after_20_over_best"])
+            hours = [math.inf if h is None else h for h in v["gpu_hours_to_98pct"]]
+            assert f["gpu_hours"] == pytest.approx(statistics.median(hours), rel=1e-3, abs=1e-4)
+            assert f["runs"] == v["runs"] and all(
+                len(r["config"]) <= table["n_trials"] for r in v["sequences"]
+            )
+
+
+@pytest.mark.skipif(not RESULT.is_file(), reason="no recorded run")
+def test_docs_show_the_recomputed_figures():
+    result = _result()
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for line in rows(result):
+        assert line in text, line
+    for variant in next(iter(result.values()))["variants"]:
+        s = summary(result, variant)
+        assert f"| {variant} | {_cell(s['median'])} | {s['best_after_20']:.3f} |" in text, variant

@@ -1,0 +1,168 @@
+"""The issue-23 tables (benchmarks/knob_tables.py): recorded as written, recomputable from their
+model, and able to say no to the registry's orders (each failure mode holds in some table)."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib
+import json
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = ROOT / "benchmarks" / "results" / "tables"
+CLEAN = "dataset_tokens_per_second_per_gpu_noise_free"
+KNOBS = (
+    "batch_size",
+    "number_gpus",
+    "distributed_backend",
+    "fsdp_version",
+    "fsdp_sharding_strategy",
+    "fsdp_cpu_offload",
+    "gradient_checkpointing",
+    "checkpoint_fraction",
+    "padding",
+    "attn_implementation",
+    "precision",
+    "liger_kernel",
+    "optim",
+    "torch_compile",
+)
+
+
+def _module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module("knob_tables")
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+@cache
+def _rows(name: str) -> list[dict[str, str]]:
+    with (TABLES / f"knobs-{name}.csv").open(newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _key(row: dict[str, str], *, but: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(row.get(k, "") for k in KNOBS if k not in but)
+
+
+def _pairs(
+    name: str, knob: str, a: str, b: str, *, also: tuple[str, ...] = ()
+) -> list[tuple[dict[str, str], dict[str, str]]]:
+    """Rows that differ only in ``knob`` (``a`` against ``b``) and the knobs ``also``."""
+    by: dict[tuple[str, ...], dict[str, dict[str, str]]] = {}
+    for r in _rows(name):
+        by.setdefault(_key(r, but=(knob, *also)), {})[r[knob]] = r
+    return [(v[a], v[b]) for v in by.values() if a in v and b in v]
+
+
+def test_each_table_is_the_one_recorded_and_small_enough_for_git():
+    recorded = json.loads((TABLES / "knobs-tables.sha256.json").read_text())
+    assert len(recorded) >= 6
+    for name, facts in recorded.items():
+        data = (TABLES / f"knobs-{name}.csv").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == facts["sha256"], name
+        assert len(data) < 5 * 2**20 and facts["configurations"] > 10_000, name
+
+
+@pytest.mark.slow
+def test_a_sample_of_rows_follows_from_the_model():
+    """Every 701st configuration of one table recomputed from the model."""
+    from explorer.study_file import load_study
+    from explorer.validity import invalid_reason
+    from explorer.worker._data import entry_length
+
+    tables = _module()
+    (sc,) = [s for s in tables.SCENARIOS if s.name == "llama-8b-a100-40x2-full"]
+    loaded = load_study(tables.STUDIES / f"{sc.name}.yaml", replay_table=TABLES / f"knobs-{sc.name}.csv")
+    table = loaded.replay_table
+    spec = loaded.spec.workload.dataset
+    entries = tables.Entries(tuple(sorted(entry_length(spec, i) for i in range(spec.entries))))
+    configs = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
+    assert len(table.rows) == len(configs)
+    for c in configs[::701]:
+        (row,) = table.lookup(c)
+        fresh = tables.row_of(sc, entries, c, {})
+        assert row.valid == bool(fresh["is_valid"]), c.key()
+        assert row.values.get(CLEAN, 0.0) == pytest.approx(fresh[CLEAN], rel=1e-6)
+        assert row.values["wall_seconds"] == pytest.approx(fresh["wall_seconds"], rel=1e-6)
+
+
+def test_the_fastest_simple_start_cannot_hold_an_8b_full_fine_tune_on_40gb_cards():
+    simple = [
+        r
+        for r in _rows("llama-8b-a100-40x2-full")
+        if r["number_gpus"] == "1" and r["precision"] == "mixed" and r["optim"].startswith("adamw_torch")
+    ]
+    assert simple and not any(r["is_valid"] == "1" for r in simple)
+    fits = [r for r in _rows("llama-8b-a100-40x2-full") if r["is_valid"] == "1"]
+    assert all(r["number_gpus"] == "2" or r["precision"] == "pure_bf16" for r in fits)
+
+
+def test_fused_and_plain_adamw_need_the_same_memory():
+    pairs = _pairs("llama-8b-a100-40x2-full", "optim", "adamw_torch", "adamw_torch_fused")
+    assert pairs and all(a["peak_memory_gib"] == b["peak_memory_gib"] for a, b in pairs)
+    assert any(a["is_valid"] == "1" for a, _ in pairs)
+
+
+def test_packed_rows_under_dense_kernels_can_need_more_memory_and_run_slower():
+    eager = [
+        (p, m)
+        for p, m in _pairs("qwen-0.5b-l40s-x4-short", "padding", "packed", "max_length")
+        if p["attn_implementation"] == "eager"
+    ]
+    pairs = _pairs("llama-8b-h100x4-lora-long", "padding", "packed", "max_length")
+    assert any(p["is_valid"] == "0" and m["is_valid"] == "1" for p, m in eager)
+    sdpa = [
+        (p, m)
+        for p, m in pairs
+        if p["attn_implementation"] == "sdpa" and p["is_valid"] == m["is_valid"] == "1"
+    ]
+    assert any(float(p[CLEAN]) < float(m[CLEAN]) for p, m in sdpa)
+
+
+def test_under_compile_flash_can_lose_to_sdpa_and_liger_to_no_liger():
+    name = "granite-2b-a100-80x4-compile"
+    flash = [
+        (f, s)
+        for f, s in _pairs(name, "attn_implementation", "flash_attention_2", "sdpa")
+        if f["torch_compile"] == "True" and f["is_valid"] == s["is_valid"] == "1"
+    ]
+    assert any(float(f[CLEAN]) < float(s[CLEAN]) for f, s in flash)
+    liger = [
+        (on, off)
+        for on, off in _pairs(name, "liger_kernel", "True", "False")
+        if on["torch_compile"] == "True" and on["is_valid"] == off["is_valid"] == "1"
+    ]
+    assert any(float(on[CLEAN]) < float(off[CLEAN]) for on, off in liger)
+
+
+def test_near_the_limit_checkpointing_can_be_faster():
+    """The allocator's retries near the limit cost more than recomputing half the layers."""
+    pairs = _pairs(
+        "granite-2b-h100x8-short", "gradient_checkpointing", "True", "False", also=("checkpoint_fraction",)
+    )
+    assert any(
+        on["is_valid"] == off["is_valid"] == "1" and float(on[CLEAN]) > float(off[CLEAN]) for on, off in pairs
+    )
+
+
+def test_adafactor_under_fsdp1_needs_more_than_8bit_adamw():
+    pairs = [
+        (a, b)
+        for a, b in _pairs("llama-8b-h100x8-full-long", "optim", "adafactor", "adamw_bnb_8bit")
+        if a["fsdp_version"] == "1" and a["peak_memory_gib"] and b["peak_memory_gib"]
+    ]
+    assert pairs and all(float(a["peak_memory_gib"]) >= float(b["peak_memory_gib"]) for a, b in pairs)
+    states_on_gpu = [
+        (a, b) for a, b in pairs if a["fsdp_cpu_offload"] == "False" and a["precision"] == "mixed"
+    ]
+    assert states_on_gpu and all(
+        float(a["peak_memory_gib"]) > float(b["peak_memory_gib"]) for a, b in states_on_gpu
+    )
