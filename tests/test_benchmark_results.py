@@ -401,8 +401,12 @@ def test_knobs_table_parses_covers_its_study_and_recomputes(monkeypatch):
     )
     table = loaded.replay_table
     assert table is not None
-    configs = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
-    assert len(table.rows) == len(configs) > 10_000
+    reasons = [(c, invalid_reason(c, loaded.spec.resources)) for c in loaded.space.enumerate()]
+    configs = [c for c, reason in reasons if reason is None]
+    # the table was written before 8-bit AdamW under FSDP2 was refused (bitsandbytes#1633): it
+    # holds those configurations too, and nothing else beyond the valid ones
+    later = [c for c, reason in reasons if reason and reason.startswith("optim adamw_bnb_8bit cannot run")]
+    assert len(table.rows) == len(configs) + len(later) and len(configs) > 10_000
     lengths = tables.Lengths.of_study()
     model = tables.MODELS["granite-3.1-2b"]
     for c in configs[::97]:
