@@ -19,7 +19,16 @@ from typing import IO, Any
 
 from explorer.errors import SpecError
 
-__all__ = ["atomic_file", "default_output_dir", "escape", "inside", "storage_identity", "write_atomic"]
+__all__ = [
+    "atomic_file",
+    "default_output_dir",
+    "escape",
+    "inside",
+    "open_table",
+    "storage_identity",
+    "table_file",
+    "write_atomic",
+]
 
 
 def escape(root: Path, path: Path) -> str | None:
@@ -112,3 +121,23 @@ def write_atomic(path: Path, data: str | bytes, *, encoding: str = "utf-8") -> P
         with atomic_file(path, "w", encoding=encoding) as fh:
             fh.write(data)
     return path
+
+
+def table_file(path: str | Path) -> Path:
+    """``path``, or its gzipped copy ``path.gz`` where only that exists: a large replay table is
+    kept compressed in git (every device call carries the tracked tree, 64 MiB in all) and
+    still named by its ``.csv`` name."""
+    path = Path(path)
+    packed = path.with_name(path.name + ".gz")
+    return packed if not path.is_file() and packed.is_file() else path
+
+
+def open_table(path: str | Path) -> IO[str]:
+    """Open a replay table (``.csv``, or ``.csv.gz`` through :func:`table_file`) as text for
+    :class:`csv.DictReader`."""
+    import gzip
+
+    found = table_file(path)
+    if found.suffix == ".gz":
+        return gzip.open(found, "rt", newline="", encoding="utf-8", errors="replace")
+    return found.open(newline="", encoding="utf-8", errors="replace")

@@ -27,14 +27,20 @@ def test_tied_levels_compare_both_ways_and_step_down_to_the_level_below():
 
 
 def test_the_optimizers_memory_order_is_declared_with_ties():
-    memory = knob("optim").memory
-    assert isinstance(memory, Axis)
-    assert memory.at_least("adamw_torch", "adamw_torch_fused") and memory.at_least(
-        "adamw_torch_fused", "adamw_torch"
-    )
-    assert memory.at_least("adamw_bnb_8bit", "adafactor") and not memory.at_least(
-        "adafactor", "adamw_bnb_8bit"
-    )
+    from types import SimpleNamespace
+
+    ddp = SimpleNamespace(distributed_backend="DDP", fsdp_version=None)
+    fsdp1 = SimpleNamespace(distributed_backend="FSDP", fsdp_version=1)
+    for context in (ddp, fsdp1):  # plain and fused AdamW keep the same states: tied everywhere
+        memory = knob("optim").memory.axis_for(context)
+        assert isinstance(memory, Axis)
+        assert memory.at_least("adamw_torch", "adamw_torch_fused")
+        assert memory.at_least("adamw_torch_fused", "adamw_torch")
+    plain = knob("optim").memory.axis_for(ddp)
+    assert plain.at_least("adamw_bnb_8bit", "adafactor") and not plain.at_least("adafactor", "adamw_bnb_8bit")
+    # under FSDP1 Adafactor sees flattened 1-D shards and keeps full second moments: above 8-bit
+    flat = knob("optim").memory.axis_for(fsdp1)
+    assert flat.at_least("adafactor", "adamw_bnb_8bit") and not flat.at_least("adamw_bnb_8bit", "adafactor")
 
 
 @pytest.mark.parametrize(

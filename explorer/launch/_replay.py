@@ -42,6 +42,7 @@ from explorer.job import TrialJob
 from explorer.knobs import asking_order, knob, knobs
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome, Properties
+from explorer.paths import open_table, table_file
 from explorer.spec import DurationSpec
 from explorer.trial_config import TrialConfig
 
@@ -153,11 +154,11 @@ class ReplayTable:
             SpecError: unreadable file, no objective column, a value that does not parse, or no
                 row left for the study.
         """
-        if not path.is_file():
+        if not table_file(path).is_file():
             raise SpecError(file=str(path), field=label, problem="file does not exist")
-        if path.stat().st_size > MAX_TABLE_BYTES:
+        if table_file(path).stat().st_size > MAX_TABLE_BYTES:
             raise SpecError(file=str(path), field=label, problem=f"larger than {MAX_TABLE_BYTES} bytes")
-        with path.open(newline="", encoding="utf-8", errors="replace") as fh:
+        with open_table(path) as fh:
             reader = csv.DictReader(fh)
             columns = [c for c in (reader.fieldnames or []) if c is not None]
             if OBJECTIVE not in columns:

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from explorer.errors import SpecError, did_you_mean
-from explorer.paths import default_output_dir
+from explorer.paths import default_output_dir, table_file
 from explorer.secrets import mask_url
 from explorer.spec._models import StudySpec
 
@@ -229,7 +229,7 @@ def study_spec(
     if storage is not None:
         raw = {**raw, "storage": storage}
     if replay_table is not None:  # answer the study from a recorded table (benchmark-search)
-        if not Path(replay_table).is_file():
+        if not table_file(replay_table).is_file():
             raise SpecError(file="--table", field="", problem=f"{replay_table} does not exist")
         launcher = raw.get("launcher")
         keep = (
