@@ -15,6 +15,7 @@ from explorer.errors import SpecError, did_you_mean
 from explorer.hardware import with_gpu_model
 from explorer.launch import ReplayTable, accelerator_type
 from explorer.launch._select import replay_selection
+from explorer.paths import table_file
 from explorer.space import SearchSpace
 from explorer.spec import LoadedStudy, StudySpec
 from explorer.spec._load import (
@@ -225,7 +226,7 @@ def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: P
     """The replay table, once it is readable, has rows for the study and a column for every
     parameter the search space varies."""
     path = resolve_path(base, spec.launcher.table or "")
-    if not path.is_file():
+    if not table_file(path).is_file():  # a large table may be kept as path.gz
         raise SpecError(file=label, field="launcher.table", problem=f"{spec.launcher.table} does not exist")
     try:
         table = ReplayTable.read(path, **replay_selection(spec))

@@ -88,8 +88,11 @@ def test_a_sample_of_rows_follows_from_the_model():
     table = loaded.replay_table
     spec = loaded.spec.workload.dataset
     entries = tables.Entries(tuple(sorted(entry_length(spec, i) for i in range(spec.entries))))
-    configs = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
-    assert len(table.rows) == len(configs)
+    reasons = [(c, invalid_reason(c, loaded.spec.resources)) for c in loaded.space.enumerate()]
+    configs = [c for c, reason in reasons if reason is None]
+    # written before 8-bit AdamW under FSDP2 was refused (bitsandbytes#1633): those rows too
+    later = [c for c, reason in reasons if reason and reason.startswith("optim adamw_bnb_8bit cannot run")]
+    assert len(table.rows) == len(configs) + len(later)
     for c in configs[::701]:
         (row,) = table.lookup(c)
         fresh = tables.row_of(sc, entries, c, {})
