@@ -81,11 +81,14 @@ def stored_identity(storage_url: str, name: str) -> dict[str, Any] | None:
             skip_table_creation=True,
             engine_kwargs={"connect_args": {"timeout": 10} if sqlite else {"connect_timeout": 10}},
         )
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError):  # not readable here: left to open_storage
-        return None
+    except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError):
+        return None  # not readable here, or a fresh file another driver is still filling: open_storage's
     try:
         stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get(IDENTITY_ATTR)
-    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # no such study (yet), or no Optuna tables
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+        # no such study (yet), or no Optuna tables: e.g. a file another driver has just created
+        # and is still filling (Optuna wraps that sqlite error in StorageInternalError); the
+        # study's identity is checked again once it is open (check_identity)
         return None
     finally:
         storage.engine.dispose()
