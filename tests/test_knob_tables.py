@@ -19,24 +19,9 @@ from explorer.paths import open_table, table_file
 ROOT = Path(__file__).resolve().parents[1]
 TABLES = ROOT / "benchmarks" / "results" / "tables"
 CLEAN = "dataset_tokens_per_second_per_gpu_noise_free"
-KNOBS = (
-    "batch_size",
-    "number_gpus",
-    "distributed_backend",
-    "fsdp_version",
-    "fsdp_sharding_strategy",
-    "fsdp_cpu_offload",
-    "gradient_checkpointing",
-    "checkpoint_fraction",
-    "padding",
-    "attn_implementation",
-    "precision",
-    "liger_kernel",
-    "optim",
-    "torch_compile",
-)
 
 
+@cache
 def _module():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
@@ -52,7 +37,8 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 
 def _key(row: dict[str, str], *, but: tuple[str, ...]) -> tuple[str, ...]:
-    return tuple(row.get(k, "") for k in KNOBS if k not in but)
+    # the table's configuration columns (benchmarks/knob_tables.py); the length is fixed per table
+    return tuple(row.get(k, "") for k in _module().COLUMNS if k != "model_max_length" and k not in but)
 
 
 def _pairs(
