@@ -6,6 +6,7 @@ The CUDA branches are complete code that has never run in this project's CI (no 
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,6 +20,8 @@ __all__ = [
     "memory_figures",
     "memory_limit_bytes",
     "peak_memory_bytes",
+    "peak_rss_bytes",
+    "reset_peak_rss",
 ]
 
 
@@ -57,6 +60,7 @@ class MemoryCap:
 
     def mark_baseline(self) -> None:
         """Call after imports and process-group set-up, before the model is built."""
+        reset_peak_rss()
         self.baseline_rss = _rss()
         if self.cap_bytes is None:
             return
@@ -153,6 +157,38 @@ def _rss() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+_PROC_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's resident-set high-water mark (Linux: ``5`` to ``/proc/self/clear_refs``)
+    to its current RSS; False where the kernel offers no reset."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set since its start or the last :func:`reset_peak_rss`.
+
+    Linux: ``VmHWM`` of ``/proc/self/status``, the high-water mark of this process's own memory.
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries that across fork and exec, so a trial started
+    by a large parent (a long pytest run, a driver holding a study) would report the parent's resident
+    set as its own peak. Elsewhere (macOS) ``ru_maxrss``, which is in bytes there.
+    """
+    try:
+        status = _PROC_STATUS.read_text()
+    except OSError:
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 def peak_memory_bytes(device: torch.device, *, baseline_rss: int = 0) -> tuple[int, int]:
     """(peak reserved, peak allocated) on CUDA.
 
@@ -162,5 +198,5 @@ def peak_memory_bytes(device: torch.device, *, baseline_rss: int = 0) -> tuple[i
     """
     if device.type == "cuda":
         return torch.cuda.max_memory_reserved(device), torch.cuda.max_memory_allocated(device)
-    peak = max(0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - baseline_rss)
+    peak = max(0, peak_rss_bytes() - baseline_rss)
     return peak, peak
