@@ -46,11 +46,12 @@ from explorer.knobs import Axis, Knob, knobs
 from explorer.search._frontier import frontier_probe
 from explorer.search._inference import inferred_oom
 from explorer.search._memory_model import MemoryModels
+from explorer.search._physics import JobPhysics
 from explorer.search._surrogate import LOCAL_DISTANCE, Encoding, Surrogate
 from explorer.search._throughput_prior import Ceilings
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
-from explorer.spec import ResourcesSpec
+from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
 
@@ -82,11 +83,13 @@ class LocalSearch:
     """With the frontier walk and both priors on: propose from the joint models of
     :mod:`explorer.search._surrogate` over the whole space instead of the walk and the neighbours
     (off by default: benchmark-search's ``model`` variant turns it on, see :data:`SURROGATE`)."""
+    workload: WorkloadSpec | None = None
+    """The job, for the joint models' first-principles priors (:mod:`explorer.search._physics`);
+    ``None`` or a model without a known architecture: the registry's orders are the priors."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
     _encoding: Encoding | None = field(default=None, repr=False)
     _keys: dict[str, int] = field(default_factory=dict, repr=False)
-    _seed: str = field(default="0", repr=False)
 
     @property
     def modelled(self) -> bool:
@@ -96,9 +99,14 @@ class LocalSearch:
     def encoding(self) -> Encoding:
         """The valid configurations, encoded once."""
         if self._encoding is None:
-            self._encoding = Encoding.of(self.space, self.valid())
+            self._encoding = Encoding.of(self.space, self.valid(), self._physics())
             self._keys = {c.key(): i for i, c in enumerate(self.valid())}
         return self._encoding
+
+    def _physics(self) -> JobPhysics | None:
+        if self.workload is None or not self.workload.model.architecture:
+            return None
+        return JobPhysics(workload=self.workload, resources=self.resources)
 
     def _modelled_pick(
         self,
@@ -124,9 +132,7 @@ class LocalSearch:
             near = surrogate.distance(rows, enc.index[local]) <= LOCAL_DISTANCE
             if near.any():
                 score = np.where(near, score, -np.inf)
-        jitter = np.random.default_rng(random.Random(f"{self._seed}:{salt}").getrandbits(64)).random(
-            len(rows)
-        )
+        jitter = np.random.default_rng(random.Random(salt).getrandbits(64)).random(len(rows))
         order = np.lexsort((jitter, -np.round(score, 12)))
         for i in order[:200]:
             c = enc.configs[rows[i]]
@@ -153,13 +159,6 @@ class LocalSearch:
         ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
         if not ranked:
             return None
-        if self.modelled:
-            surrogate = Surrogate.fit(
-                self.encoding(), feasible=ranked, ooms=[c for _, c in ooms], peaks=list(peaks)
-            )
-            best = ranked[0][0] if ranked[0][0] in self.encoding().index else None
-            chosen = self._modelled_pick(surrogate, answered, ooms, f"{len(answered)}", best)
-            return None if chosen is None else (chosen, ranked[0][0])
         model = _AdditiveModel.fit(ranked)
         memory = MemoryModels.fit(list(peaks), [c for _, c in ooms]) if self.memory_prior else None
         ceilings = Ceilings.of(ranked) if self.throughput_prior else None
@@ -197,12 +196,6 @@ class LocalSearch:
     ) -> TrialConfig | None:
         """The frontier walk's next probe (:mod:`explorer.search._frontier`), or ``None``; with
         the joint models, the prior's best guess that is expected to fit."""
-        self._seed = seed.split(":")[0]
-        if self.modelled:
-            surrogate = Surrogate.fit(
-                self.encoding(), feasible=[], ooms=[c for _, c in ooms], fitted=list(fitted)
-            )
-            return self._modelled_pick(surrogate, answered, ooms, seed)
         return frontier_probe(
             space=self.space,
             valid=self.valid(),
@@ -213,6 +206,38 @@ class LocalSearch:
             seen=set(seen),
             seed=seed,
         )
+
+    def modelled_next(
+        self,
+        *,
+        feasible: Iterable[tuple[TrialConfig, float]],
+        answered: set[str],
+        ooms: list[tuple[int, TrialConfig]],
+        peaks: Iterable[tuple[TrialConfig, float]] = (),
+        fitted: Iterable[TrialConfig] = (),
+        salt: str = "0",
+    ) -> TrialConfig | None:
+        """The joint models' next configuration (:mod:`explorer.search._surrogate`): the open one
+        with the highest acquisition; every other trial within ``LOCAL_DISTANCE`` of the best.
+
+        Args:
+            feasible: measured feasible configurations and their objective values.
+            answered: keys of configurations answered or in flight (never proposed again).
+            ooms: measured OOMs, for the inference filter and the memory model.
+            peaks: measured per-device peak memory of feasible configurations.
+            fitted: configurations known to fit, peak or not.
+            salt: the tie-break's seed (the study's seed and the trial number).
+        """
+        ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
+        surrogate = Surrogate.fit(
+            self.encoding(),
+            feasible=ranked,
+            ooms=[c for _, c in ooms],
+            fitted=list(fitted),
+            peaks=list(peaks),
+        )
+        best = ranked[0][0] if ranked and ranked[0][0] in self.encoding().index else None
+        return self._modelled_pick(surrogate, answered, ooms, salt, best)
 
     def valid(self) -> list[TrialConfig]:
         """Every valid configuration of the space (enumerated once)."""

@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.knobs import Axis, knob
+from explorer.search._calibrate import PhysicsParts, fit_memory_scales, fit_time_scales
+from explorer.search._physics import JobPhysics, physics_parts
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed
 from explorer.trial_config import TrialConfig
@@ -58,8 +60,16 @@ THROUGHPUT_KERNEL = (0.1, 0.3, 0.02, 0.05, 0.03**2)
 """a0, a1, a2, a3 and the noise variance of the throughput model (log units)."""
 MEMORY_KERNEL = (0.1, 0.1, 0.01, 0.1, 0.05**2)
 """The same for the memory model (latent units: log of memory over the limit)."""
+PHYSICS_THROUGHPUT_KERNEL = (0.05, 0.01, 0.002, 0.005, 0.02**2)
+"""The throughput kernel around the calibrated physics (:mod:`explorer.search._physics`): what is
+left to learn is a residual of about a factor 1.8 (a prior standard deviation of 0.6 in log units
+over 13 parameters: 0.05 + 13 x 0.01 + 78 x 0.002), not the whole landscape."""
+PHYSICS_MEMORY_KERNEL = (0.02, 0.01, 0.001, 0.01, 0.05**2)
+"""The memory kernel around the calibrated physics (a residual standard deviation of about 0.5)."""
 OOM_LABEL = 0.5
 """Latent memory of a configuration that ran out of memory."""
+OOM_MARGIN = 0.1
+"""With a known limit: an OOM's latent memory, above the larger of the limit and the prior's estimate."""
 FIT_LABEL = -0.25
 """Latent memory of a feasible configuration without a measured peak."""
 LIMIT_MARGIN = 1.05
@@ -100,8 +110,40 @@ class Encoding:
     speed_prior: np.ndarray
     memory_prior: np.ndarray
 
+    limit_gib: float | None = None
+    """The device's memory limit when known (:class:`JobPhysics`): ``memory_prior`` is then the log
+    of the estimated memory over it."""
+
+    parts: PhysicsParts | None = None
+    """The first-principles estimates in parts, which :meth:`calibrated` scales to the trials."""
+
+    @property
+    def kernels(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The (throughput, memory) kernels: narrow around physics, wide around the orders."""
+        if self.parts is None:
+            return THROUGHPUT_KERNEL, MEMORY_KERNEL
+        return PHYSICS_THROUGHPUT_KERNEL, PHYSICS_MEMORY_KERNEL
+
+    def calibrated(
+        self, *, throughputs: list[tuple[int, float]], peaks: list[tuple[int, float]], ooms: list[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The (log-throughput, latent memory) priors, the physics scaled to the measured trials
+        (:mod:`explorer.search._calibrate`); without physics, the registry's orders as encoded."""
+        import numpy as np
+
+        if self.parts is None:
+            return self.speed_prior, self.memory_prior
+        speed = self.parts.log_throughput(fit_time_scales(self.parts, throughputs))
+        gib = np.log(self.parts.memory_gib(fit_memory_scales(self.parts, peaks, ooms, self.limit_gib)))
+        memory = gib - (math.log(self.limit_gib) if self.limit_gib else float(np.median(gib)))
+        return speed, memory
+
     @classmethod
-    def of(cls, space: SearchSpace, configs: list[TrialConfig]) -> Encoding:
+    def of(
+        cls, space: SearchSpace, configs: list[TrialConfig], physics: JobPhysics | None = None
+    ) -> Encoding:
+        """Encode ``configs``; with ``physics``, the priors are its first-principles estimates
+        (log-throughput; log of memory over the device's limit) instead of the registry's orders."""
         import numpy as np
 
         names = [n for n, d in space.domains.items() if not isinstance(d, Fixed)]
@@ -128,6 +170,13 @@ class Encoding:
         speed += BATCH_SPEED_PRIOR * (lb - lb.mean())
         memory += TOKENS_MEMORY_PRIOR * (tokens - tokens.mean())
         memory -= float(np.median(memory))
+        limit_gib, parts = None, None
+        if physics is not None:
+            parts = physics_parts(physics, configs)
+            speed = parts.log_throughput(np.ones(parts.time.shape[1]))
+            gib = np.log(parts.memory_gib(np.ones(parts.memory.shape[1])))
+            limit_gib = physics.limit_gib
+            memory = gib - (math.log(limit_gib) if limit_gib else float(np.median(gib)))
         return cls(
             configs=configs,
             index={c: i for i, c in enumerate(configs)},
@@ -136,6 +185,8 @@ class Encoding:
             batch=lb - lb.mean(),
             speed_prior=speed,
             memory_prior=memory,
+            limit_gib=limit_gib,
+            parts=parts,
         )
 
 
@@ -157,6 +208,9 @@ class _Gp:
 
         self.enc, self.at, self.kernel = enc, np.array(at, dtype=int), kernel
         a0, a1, a2, a3, noise = kernel
+        if not len(self.at):  # the prior alone
+            self.prior, self.chol, self.alpha = prior, np.zeros((0, 0)), np.zeros(0)
+            return
         k = self._k(self.at) + noise * np.eye(len(self.at))
         self.chol = np.linalg.cholesky(k)
         resid = np.array(y) - prior[self.at]
@@ -185,10 +239,12 @@ class _Gp:
 
         a0, a1, a2, a3, _ = self.kernel
         g = self.enc.groups
+        prior_var = a0 + a1 * g + a2 * g * (g - 1) / 2 + a3 * self.enc.batch[rows] ** 2
+        if not len(self.at):
+            return self.prior[rows], np.sqrt(prior_var)
         kx = self._k(rows)
         mean = self.prior[rows] + kx @ self.alpha
         v = solve_triangular(self.chol, kx.T, lower=True, check_finite=False)
-        prior_var = a0 + a1 * g + a2 * g * (g - 1) / 2 + a3 * self.enc.batch[rows] ** 2
         var = np.maximum(prior_var - (v * v).sum(axis=0), 1e-9)
         return mean, np.sqrt(var)
 
@@ -201,6 +257,7 @@ class Surrogate:
     speed: _Gp | None
     memory: _Gp | None
     best: float
+    speed_prior: np.ndarray
 
     @classmethod
     def fit(
@@ -213,37 +270,43 @@ class Surrogate:
         peaks: Iterable[tuple[TrialConfig, float]] = (),
     ) -> Surrogate:
         """The models of these trials (configurations outside the encoding are left out)."""
-        feasible = list(feasible)
-        obs = [(enc.index[c], math.log(max(v, 1e-9))) for c, v in feasible if c in enc.index]
+        feasible = [(c, v) for c, v in feasible if c in enc.index]
+        ooms = [c for c in ooms if c in enc.index]
+        obs = [(enc.index[c], math.log(max(v, 1e-9))) for c, v in feasible]
+        measured = {c: p for c, p in peaks if c in enc.index and math.isfinite(p) and p > 0}
+        speed_prior, memory_prior = enc.calibrated(
+            throughputs=[(enc.index[c], v) for c, v in feasible if v > 0],
+            peaks=[(enc.index[c], p) for c, p in measured.items()],
+            ooms=[enc.index[c] for c in ooms],
+        )
         speed = (
-            _Gp(
-                enc,
-                [i for i, _ in obs],
-                [y for _, y in obs],
-                enc.speed_prior,
-                THROUGHPUT_KERNEL,
-                centred=True,
-            )
+            _Gp(enc, [i for i, _ in obs], [y for _, y in obs], speed_prior, enc.kernels[0], centred=True)
             if obs
             else None
         )
-        measured = {c: p for c, p in peaks if c in enc.index and math.isfinite(p) and p > 0}
-        limit = max(measured.values(), default=0.0) * LIMIT_MARGIN
+        limit = enc.limit_gib or max(measured.values(), default=0.0) * LIMIT_MARGIN
         labels: dict[int, float] = {}
         for c in [*fitted, *(c for c, _ in feasible)]:
             if c in enc.index:
                 p = measured.get(c)
                 labels[enc.index[c]] = math.log(p / limit) if p is not None and limit > 0 else FIT_LABEL
         for c in ooms:
-            if c in enc.index:
-                labels[enc.index[c]] = OOM_LABEL
+            i = enc.index[c]
+            # over the limit, and at least as far over it as the prior says
+            labels[i] = max(float(memory_prior[i]), 0.0) + OOM_MARGIN if enc.limit_gib else OOM_LABEL
         at = list(labels)
         memory = (
-            _Gp(enc, at, [labels[i] for i in at], enc.memory_prior, MEMORY_KERNEL, centred=False)
-            if at
+            _Gp(enc, at, [labels[i] for i in at], memory_prior, enc.kernels[1], centred=False)
+            if at or enc.limit_gib
             else None
         )
-        return cls(enc=enc, speed=speed, memory=memory, best=max((y for _, y in obs), default=-math.inf))
+        return cls(
+            enc=enc,
+            speed=speed,
+            memory=memory,
+            best=max((y for _, y in obs), default=-math.inf),
+            speed_prior=speed_prior,
+        )
 
     def acquisition(self, rows: np.ndarray) -> np.ndarray:
         """Expected improvement of log-throughput over the best measured, times the chance to fit
@@ -256,7 +319,7 @@ class Surrogate:
             mu, sd = self.memory.predict(rows)
             fit = norm.cdf(-mu / sd)
         if self.speed is None:
-            return self.enc.speed_prior[rows] + FIT_POWER * np.log(np.maximum(fit, 1e-12))
+            return self.speed_prior[rows] + FIT_POWER * np.log(np.maximum(fit, 1e-12))
         mu, sd = self.speed.predict(rows)
         z = (mu - self.best) / sd
         ei = sd * (z * norm.cdf(z) + norm.pdf(z))

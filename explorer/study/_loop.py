@@ -120,6 +120,7 @@ class Loop:
             LocalSearch(
                 space=loaded.space,
                 resources=spec.resources,
+                workload=spec.workload,
                 memory_prior=spec.sampler.memory_prior,
                 throughput_prior=spec.sampler.throughput_prior and spec.objective in PER_GPU_RANKED,
                 frontier=spec.sampler.frontier_start and spec.objective in PER_GPU_RANKED,

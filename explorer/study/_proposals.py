@@ -48,6 +48,17 @@ def propose_neighbour(
         if t.user_attrs.get("proposed_by") == "frontier" and "batch_size" in t.user_attrs
     ]
     walking = local.frontier and not frontier_stopped(probes)
+    if local.modelled:
+        _propose_modelled(
+            study,
+            loaded,
+            local,
+            known,
+            answered,
+            walk=walking and len(trials) < startup,
+            last=probes[-1][0] if probes else None,
+        )
+        return
     if len(trials) < startup + (0 if walking else len(probes)):
         seen = [(k, v) for t in trials for k, v in t.params.items()]
         seed = f"{sampler.seed}:{len(trials)}"
@@ -80,6 +91,46 @@ def propose_neighbour(
         loaded.space.params_for(config),
         user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
     )
+
+
+def _propose_modelled(
+    study: optuna.Study,
+    loaded: LoadedStudy,
+    local: LocalSearch,
+    known: Known,
+    answered: set[str],
+    *,
+    walk: bool,
+) -> None:
+    """The joint models' proposal (:mod:`explorer.search._surrogate`), after the frontier walk's
+    probes while it walks (``walk``); the sampler's turn every ``global_every``-th trial if set."""
+    trials = len(study.get_trials(deepcopy=False))
+    fitted = [c for c, _, _ in known.feasible.values()]
+    if walk:
+        probe = local.probe(
+            seen=[],
+            seed=f"{loaded.spec.sampler.seed}:{trials}",
+            answered=answered,
+            ooms=known.ooms,
+            fitted=fitted,
+            last=last,
+        )
+        if probe is not None:
+            study.enqueue_trial(loaded.space.params_for(probe), user_attrs={"proposed_by": "frontier"})
+            return
+    every = loaded.spec.sampler.global_every
+    if every and trials % every == 0:
+        return
+    config = local.modelled_next(
+        feasible=[(c, v) for c, v, _ in known.feasible.values()],
+        answered=answered,
+        ooms=known.ooms,
+        peaks=known.peaks.values(),
+        fitted=fitted,
+        salt=f"{loaded.spec.sampler.seed}:{trials}",
+    )
+    if config is not None:
+        study.enqueue_trial(loaded.space.params_for(config), user_attrs={"proposed_by": "model"})
 
 
 def propose_unanswered(

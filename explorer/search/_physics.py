@@ -1,0 +1,306 @@
+"""First-principles estimates of a configuration's per-device memory and throughput: the priors of
+the joint models (:mod:`explorer.search._surrogate`), before anything is measured.
+
+Written from public accounting, not from any table the search is benchmarked on; every constant
+says where it comes from. The estimates only have to *rank* configurations roughly and say roughly
+what fits: the models learn each knob's real effect from the measured trials, on top of them.
+
+Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
+
+* weights: 4 bytes each in mixed precision (fp32 master weights, bf16 autocast), 2 in pure bf16;
+  gradients the same for the trainable ones; optimizer states for the trainable ones: AdamW (plain
+  or fused, the same two moments) 2 x the weight bytes, 8-bit AdamW 2 bytes, Adafactor's factored
+  second moment about nothing (ZeRO paper, Rajbhandari et al. 2020, section 3.1; bitsandbytes and
+  Adafactor papers);
+* sharding: FULL_SHARD and HYBRID_SHARD divide weights, gradients and states by the GPUs,
+  SHARD_GRAD_OP gradients and states only; DDP keeps a second copy of the gradients in its
+  buckets; FSDP's CPU offload leaves two layers' worth of weights on the device (PyTorch FSDP docs);
+* activations: ``tokens x hidden x 34`` bytes per layer, plus ``5 x heads x length`` per token
+  with eager attention, which stores the score matrix (Korthikanti et al. 2022, "Reducing
+  activation recomputation", table 2); a checkpointed layer keeps its input only (2 x hidden bytes
+  a token); packed rows under eager or sdpa carry a block-diagonal mask over the whole row
+  (``length^2`` per row), which flash attention's variable-length kernels do without;
+* logits: ``tokens x vocab x 4`` bytes upcast to fp32, twice (logits and their gradient), which
+  Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
+* 1.5 GiB for the CUDA context, kernels and allocator slack.
+
+Memory is estimated on the full-length batch (``per-device batch x model_max_length``): the
+worker certifies the worst case (:mod:`explorer.worker._worst_case`).
+
+Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step time``:
+
+* compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
+  (padding included), recomputation included, at an efficiency that grows with the tokens a step
+  (``MAX_MFU x t / (t + HALF_TOKENS)``) and at the data sheet's peak;
+* communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
+  and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
+  the GPU's form, of which ``OVERLAP`` of the compute time hides;
+* offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
+* the optimizer step: reading and writing the states at the memory's bandwidth.
+
+Small multipliers for kernels (flash over sdpa over eager, Liger, compile, pure bf16) are priors of
+a few percent each: the measured trials overturn them where they are wrong (torch_compile with
+graph breaks, say).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.flops import FlopModel, peak_flops_for
+from explorer.hardware import CPU_MODEL
+from explorer.search._calibrate import OVERLAP, PhysicsParts
+from explorer.spec import ResourcesSpec, WorkloadSpec
+from explorer.trial_config import TrialConfig
+
+__all__ = ["JobPhysics", "gpu_memory_gib", "physics_parts"]
+
+GIB = 2.0**30
+CONTEXT_GIB = 1.5
+"""CUDA context, cuBLAS/NCCL workspaces and allocator slack (PyTorch CUDA semantics docs: the
+context alone is 0.3-1 GiB)."""
+ACTIVATION_BYTES = 34.0
+"""Bytes of saved activations per token, layer and hidden unit in 16-bit training without
+attention scores (Korthikanti et al. 2022, table 2: ``sbh(34 + 5as/h)``)."""
+SCORE_BYTES = 5.0
+"""Bytes per token, layer, head and key of eager attention's saved scores (same source)."""
+MAX_MFU = 0.5
+"""Model FLOPs utilisation of large dense bf16 steps (Megatron-LM and PaLM report 0.4-0.55)."""
+HALF_TOKENS = 4096.0
+"""Tokens a device step at which the efficiency is half of ``MAX_MFU`` (small matrices
+underfill the tensor cores); a prior the measurements correct."""
+NVLINK_BYTES_S = 150e9
+"""Bus bandwidth of an all-reduce over NVLink (A100/H100 SXM: nccl-tests report 150-230 GB/s)."""
+PCIE_BYTES_S = 12e9
+"""Bus bandwidth of an all-reduce over PCIe 4.0 x16 without NVLink (nccl-tests: 10-20 GB/s)."""
+HOST_LINK_BYTES_S = 20e9
+"""Host-device copy bandwidth (PCIe 4.0/5.0 x16 pinned: 20-50 GB/s)."""
+CPU_ADAM_PARAMS_S = 1e9
+"""Parameters a second that a CPU Adam step updates (DeepSpeed's CPU Adam: about 1-2e9 on a
+socket)."""
+HBM_BYTES_S = 1.5e12
+"""Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
+KERNEL_SPEED = {
+    "attn_implementation": {"eager": 0.85, "sdpa": 0.97, "flash_attention_2": 1.0, "flex_attention": 0.97},
+    "precision": {"mixed": 1.0, "pure_bf16": 1.05},
+    "liger_kernel": {False: 1.0, True: 1.04},
+    "torch_compile": {False: 1.0, True: 1.05},
+}
+"""Prior multipliers of the compute efficiency (a few percent each; the trials correct them)."""
+OPTIMIZER_STATE_BYTES = {"adamw_bnb_8bit": 2.0, "adafactor": 0.1}
+"""Optimizer-state bytes per trainable parameter; AdamW (any other) holds two moments of the
+weights' own width."""
+GPU_MEMORY_GIB = {"H200": 141.0, "H100": 80.0, "GH200": 96.0, "L40S": 48.0, "L40": 48.0, "A10G": 24.0}
+"""Memory of the GPUs whose names do not carry it (vendors' data sheets); ``...-40GB`` names do."""
+NVLINK_FORMS = ("SXM", "HBM3", "NVL", "H200", "GH200")
+"""Name parts of the GPUs whose peers talk over NVLink (the rest: PCIe)."""
+
+
+def gpu_memory_gib(gpu_model: str | None) -> float | None:
+    """The memory of a GPU model, from its name (``NVIDIA-A100-SXM4-40GB``: 40) or the table above."""
+    if not gpu_model:
+        return None
+    name = gpu_model.upper().replace(" ", "-")
+    found = re.search(r"(\d+)GB", name)
+    if found:
+        return float(found.group(1))
+    for key in sorted(GPU_MEMORY_GIB, key=len, reverse=True):
+        if key in name:
+            return GPU_MEMORY_GIB[key]
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Arch:
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    kv: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def of(cls, arch: dict[str, Any]) -> _Arch:
+        hidden = int(arch.get("hidden_size", 4096))
+        heads = int(arch.get("num_attention_heads", max(1, hidden // 128)))
+        return cls(
+            hidden=hidden,
+            layers=int(arch.get("num_hidden_layers", 32)),
+            heads=heads,
+            intermediate=int(arch.get("intermediate_size", 4 * hidden)),
+            kv=int(arch.get("num_key_value_heads", heads)),
+            vocab=int(arch.get("vocab_size", 32000)),
+            tied=bool(arch.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def layer_params(self) -> int:
+        h, d = self.hidden, self.hidden // self.heads
+        return 2 * h * h + 2 * h * self.kv * d + 3 * h * self.intermediate
+
+    @property
+    def linear(self) -> int:
+        """Weights in linear layers, the LM head included."""
+        return self.layers * self.layer_params + self.vocab * self.hidden
+
+    @property
+    def total(self) -> int:
+        return self.linear + (0 if self.tied else self.vocab * self.hidden)
+
+
+class JobPhysics:
+    """The estimates for one job (a workload on a GPU model)."""
+
+    def __init__(self, *, workload: WorkloadSpec, resources: ResourcesSpec) -> None:
+        self.arch = _Arch.of(workload.model.architecture or {})
+        method = workload.method
+        self.lora = method.kind == "lora"
+        h, d = self.arch.hidden, self.arch.hidden // self.arch.heads
+        per_module = {
+            "q_proj": 2 * h,
+            "o_proj": 2 * h,
+            "k_proj": h + self.arch.kv * d,
+            "v_proj": h + self.arch.kv * d,
+        }
+        adapters = sum(per_module.get(m, 2 * h) for m in method.target_modules) * method.r * self.arch.layers
+        self.trainable = adapters if self.lora else self.arch.total
+        self.lengths = _lengths(workload)
+        gpu = resources.gpu_model or ""
+        self.peak = peak_flops_for(gpu) or 312e12
+        self.link = NVLINK_BYTES_S if any(k in gpu.upper() for k in NVLINK_FORMS) else PCIE_BYTES_S
+        self.context_gib = 0.0 if resources.device == "cpu" or gpu == CPU_MODEL else CONTEXT_GIB
+        cap = resources.device_memory_gib
+        self.limit_gib = cap if cap is not None else gpu_memory_gib(gpu)
+        """The memory a device may use, GiB (``None``: unknown, the models estimate it)."""
+
+    def _tokens(self, c: TrialConfig) -> tuple[float, float]:
+        """(dataset tokens, computed tokens) a device step, on average."""
+        b, s = c.per_device_batch_size, c.model_max_length
+        if c.padding == "packed":
+            return b * s, b * s
+        mean, longest = self._clipped(b, s)
+        return b * mean, b * (longest if c.padding == "longest" else s)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 (one instance a study, a few (b, s) pairs)
+    def _clipped(self, b: int, s: int) -> tuple[float, float]:
+        """(the mean entry length, the expected longest of ``b`` entries), truncated at ``s``."""
+        clipped = [min(n, s) for n in self.lengths]
+        return sum(clipped) / len(clipped), _expected_longest(clipped, b)
+
+    def memory_parts(self, c: TrialConfig) -> tuple[float, float, float, float]:
+        """Peak memory of one device on a full-length step, GiB, in parts that the measured peaks
+        calibrate one scale each: (weights, gradients and optimizer states; saved activations;
+        logits; the CUDA context)."""
+        a, n = self.arch, max(1, c.number_gpus)
+        width = 2.0 if c.precision == "pure_bf16" else 4.0
+        weights, grads = width * a.total, width * self.trainable
+        states = OPTIMIZER_STATE_BYTES.get(c.optim or "", 2 * width) * self.trainable
+        fsdp = c.distributed_backend == "FSDP"
+        if fsdp and c.fsdp_cpu_offload:
+            weights, grads, states = 2 * width * a.layer_params, 0.0, 0.0
+        elif fsdp and c.fsdp_sharding_strategy == "SHARD_GRAD_OP":
+            grads, states = grads / n, states / n
+        elif fsdp and c.fsdp_sharding_strategy != "NO_SHARD":
+            weights, grads, states = weights / n + 2 * width * a.layer_params, grads / n, states / n
+        elif c.distributed_backend == "DDP":
+            grads *= 2
+        tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
+        per_layer = tokens * a.hidden * ACTIVATION_BYTES
+        if c.attn_implementation == "eager":
+            per_layer += tokens * a.heads * s * SCORE_BYTES
+        fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
+        acts = (
+            a.layers * ((1 - fraction) * per_layer + fraction * tokens * a.hidden * 2) + fraction * per_layer
+        )
+        if c.padding == "packed" and c.attn_implementation in ("eager", "sdpa"):
+            acts += c.per_device_batch_size * s * s * 2.0
+        logits = 0.0 if c.liger_kernel else tokens * a.vocab * 4.0 * 2
+        return (weights + grads + states) / GIB, acts / GIB, logits / GIB, self.context_gib
+
+    def memory_gib(self, c: TrialConfig) -> float:
+        """Peak memory of one device on a full-length step, GiB (the parts' sum)."""
+        return sum(self.memory_parts(c))
+
+    def time_parts(self, c: TrialConfig) -> tuple[float, float, float, float, float]:
+        """(dataset tokens a device step; seconds of compute, of collective communication, of
+        host offload, of the optimizer step), which the measured trials calibrate one scale each
+        (the exposed communication is what ``OVERLAP`` of the compute does not hide)."""
+        a, n = self.arch, max(1, c.number_gpus)
+        data, computed = self._tokens(c)
+        fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
+        flops = FlopModel(
+            n_linear=a.linear,
+            n_trainable_linear=self.trainable if self.lora else a.linear,
+            layers=a.layers,
+            hidden=a.hidden,
+            seq_len=c.model_max_length
+            if c.padding == "max_length"
+            else int(computed / c.per_device_batch_size),
+            lora=self.lora,
+            checkpointing=fraction,
+        ).hardware_flops_per_token
+        speed = MAX_MFU * computed / (computed + HALF_TOKENS)
+        for name, table in KERNEL_SPEED.items():
+            speed *= table.get(getattr(c, name, None), 1.0)
+        compute = flops * computed / (self.peak * speed)
+        width = 2.0  # collectives move bf16 weights and gradients
+        comm = offload = 0.0
+        if n > 1 and c.distributed_backend == "DDP":
+            comm = 2 * width * self.trainable * (n - 1) / n / self.link
+        elif n > 1 and c.distributed_backend == "FSDP":
+            rounds = 2 if c.fsdp_sharding_strategy == "SHARD_GRAD_OP" else 3
+            comm = rounds * width * a.total * (n - 1) / n / self.link
+        if c.distributed_backend == "FSDP" and c.fsdp_cpu_offload:
+            offload = 2 * width * a.total / n / HOST_LINK_BYTES_S + self.trainable / n / CPU_ADAM_PARAMS_S
+            optimizer = 0.0
+        else:
+            state_width = OPTIMIZER_STATE_BYTES.get(c.optim or "", 8.0)
+            shards = n if c.distributed_backend == "FSDP" else 1
+            optimizer = 2 * (state_width + 8.0) * self.trainable / shards / HBM_BYTES_S
+        return max(data, 1.0), compute, comm, offload, optimizer
+
+    def log_throughput(self, c: TrialConfig) -> float:
+        """The log of the estimated dataset tokens a second per GPU."""
+        data, compute, comm, offload, optimizer = self.time_parts(c)
+        return math.log(data / (compute + max(0.0, comm - OVERLAP * compute) + offload + optimizer))
+
+
+def _lengths(workload: WorkloadSpec) -> list[int]:
+    """The entries' lengths, from the synthetic dataset's distribution (quantiles, no sampling);
+    a JSONL dataset's are unknown here: every entry full length."""
+    ds = workload.dataset
+    if ds.kind != "synthetic":
+        return [workload.model_max_length]
+    lo, hi = ds.resolved_min_tokens, ds.resolved_max_tokens
+    qs = [(i + 0.5) / 512 for i in range(512)]
+    if ds.lengths == "lognormal" and ds.median_tokens and ds.sigma:
+        from statistics import NormalDist
+
+        z = NormalDist()
+        return [min(hi, max(lo, round(ds.median_tokens * math.exp(ds.sigma * z.inv_cdf(q))))) for q in qs]
+    return [round(lo + (hi - lo) * q) for q in qs]
+
+
+def _expected_longest(lengths: list[int], b: int) -> float:
+    """The expected longest of ``b`` entries drawn from ``lengths`` (order statistics of the
+    empirical distribution: ``P(max <= x) = F(x)^b``)."""
+    ranked = sorted(lengths)
+    n = len(ranked)
+    return sum(x * (((i + 1) / n) ** b - (i / n) ** b) for i, x in enumerate(ranked))
+
+
+def physics_parts(physics: JobPhysics, configs: list[TrialConfig]) -> PhysicsParts:
+    """Every configuration's estimates in parts, as arrays (:class:`PhysicsParts`)."""
+    import numpy as np
+
+    time = np.array([physics.time_parts(c) for c in configs], dtype=float)
+    return PhysicsParts(
+        memory=np.array([physics.memory_parts(c) for c in configs], dtype=float),
+        data=time[:, 0],
+        time=time[:, 1:],
+    )
