@@ -85,7 +85,7 @@ def _build(space: SearchSpace, picks: Mapping[str, Any], want: Mapping[str, Any]
     smallest batch of the space that its GPUs divide."""
     values: dict[str, Any] = {}
     for k in asking_order():
-        if not k.applies(values, space.facts):
+        if not k.applies(values, space.facts, space.domains):
             values[k.name] = k.inactive
         elif k.name in space.domains:
             values[k.name] = k.coerce(picks[k.name])
