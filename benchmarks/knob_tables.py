@@ -37,7 +37,8 @@ position ids; issue 27, item 5).
   frozen bf16 base weights (2) and fp32 adapters with AdamW (16 a trainable parameter);
 * sharding: FULL_SHARD divides states by N and holds two layers of gathered bf16 weights and one
   of unsharded gradients; SHARD_GRAD_OP keeps all bf16 weights gathered (2P) plus sharded states;
-  ``fsdp_cpu_offload`` leaves only the gathered working set on the GPU;
+  ``fsdp_cpu_offload`` leaves only the gathered working set on the GPU; FSDP with offload on
+  one GPU (issue 23) is the same with N = 1 (no NCCL buffers, no communication: a world of one);
 * activations, bytes a token a layer: ``2 * (6h + 2kv + 3I)`` (Korthikanti et al. 2022's count
   for a SwiGLU block), +4h under mixed (fp32 RMSNorm); Liger's fused RMSNorm and SwiGLU keep
   ``2h + 2I`` less (Liger Kernel, Hsu et al. 2024); a checkpointed layer keeps its input (2h) and
@@ -71,7 +72,7 @@ position ids; issue 27, item 5).
   (fp32 under mixed), FSDP gathers bf16 weights (twice with FULL_SHARD, once with SHARD_GRAD_OP)
   and reduce-scatters bf16 gradients; hidden behind compute up to 80% (DDP), 85% (FSDP2), 70%
   (FSDP1): assumptions;
-* CPU offload: weights (twice) and gradients cross PCIe (per-card bandwidth below) and PyTorch's
+* CPU offload (one GPU too): weights (twice) and gradients cross PCIe (per-card bandwidth below) and PyTorch's
   CPU AdamW steps 0.3e9 parameters a second a rank (ZeRO-Offload, Ren et al. 2021, measures
   PyTorch's CPU Adam several times slower than its 1-2e9/s CPU-Adam), none of it overlapped;
 * torch_compile: graph breaks cost 6% of the step with Liger (its autograd functions), 10% with

@@ -53,7 +53,7 @@ def config_from_cli(loaded: LoadedStudy, *, sets: list[str], config_file: str | 
     fixed = {name: d.value for name, d in space.domains.items() if isinstance(d, Fixed)}
     resolved: dict[str, Any] = {}
     for k in asking_order():
-        if not k.applies(resolved, space.facts):
+        if not k.applies(resolved, space.facts, space.domains):
             resolved[k.name] = k.inactive
             continue
         default = k.default_from(loaded.spec.workload) if k.default_from is not None else k.default

@@ -73,6 +73,8 @@ class TrialConfig:
                 raise TypeError(f"TrialConfig needs {k.name}")
             else:
                 resolved[k.name] = k.default if k.default is not None else k.inactive
+            if k.settle is not None:
+                resolved[k.name] = k.settle(resolved[k.name], resolved)
         # the knobs are plain instance attributes (read many times a proposal: no __getattr__)
         self.__dict__.update(resolved)
         self.__dict__["_values"] = resolved

@@ -67,6 +67,11 @@ def invalid_reasons(config: TrialConfig, resources: ResourcesSpec) -> Iterator[s
             f"{config.number_gpus // config.number_nodes} GPUs per node exceeds "
             f"gpus_per_node {resources.gpus_per_node}"
         )
+    if config.number_gpus == 1 and config.distributed_backend == "FSDP" and not config.fsdp_cpu_offload:
+        yield (
+            "FSDP on one GPU only with fsdp_cpu_offload: without it one GPU holds what one "
+            "process does, plus FSDP's gathers"
+        )
     if config.fsdp_version == 2 and config.fsdp_sharding_strategy in ("NO_SHARD", "HYBRID_SHARD"):
         yield (
             f"FSDP2 has no {config.fsdp_sharding_strategy}: accelerate's FSDP2 only reshards "

@@ -56,6 +56,23 @@ def test_render_one_process_and_cpu():
     assert doc["use_cpu"] is False  # accelerate would start one process only
 
 
+@pytest.mark.parametrize("version", [1, 2])
+def test_render_fsdp_with_cpu_offload_on_one_gpu(version):
+    """FSDP with CPU offload on one GPU renders accelerate's FSDP type for one process, offload on."""
+    config = _cfg(
+        number_gpus=1,
+        distributed_backend="FSDP",
+        fsdp_version=version,
+        fsdp_sharding_strategy="FULL_SHARD",
+        fsdp_cpu_offload=True,
+    )
+    doc = _render(config)
+    assert doc["distributed_type"] == "FSDP" and doc["num_processes"] == 1
+    assert doc["fsdp_config"]["fsdp_offload_params"] is True
+    two = _render(_cfg(distributed_backend="FSDP", fsdp_version=version, fsdp_sharding_strategy="FULL_SHARD"))
+    assert two["fsdp_config"]["fsdp_offload_params"] is False
+
+
 @pytest.mark.parametrize(
     ("padding", "compile_", "dynamic"),
     [("packed", True, True), ("longest", True, True), ("max_length", True, False), ("packed", False, False)],

@@ -345,3 +345,18 @@ def test_attached_findings_reach_every_validity_check_and_no_trial():
     assert "doctor" not in json.dumps(resources.model_dump(mode="json"))
     attach_findings(resources, None)
     assert invalid_reason(blocked, resources) is None
+
+
+def test_a_one_gpu_cuda_node_checks_cpu_offload_on_one_gpu(tmp_path):
+    """On a CUDA node of one GPU, fsdp_cpu_offload and FSDP each get a one-GPU configuration (FSDP
+    with offload, issue 23) instead of "a trial of 2 GPUs"."""
+    from explorer.study_file import load_study
+
+    loaded = load_study(_every_knob(tmp_path), check_launcher=False)
+    node = Node(device="cuda", gpus=1, model_type="llama")
+    cases = {(c.knob, c.value): c for c in plan_cases(loaded.space, loaded.spec.resources, node)}
+    for want in (("fsdp_cpu_offload", True), ("distributed_backend", "FSDP")):
+        config = cases[want].config
+        assert config is not None, cases[want]
+        assert (config.number_gpus, config.distributed_backend, config.fsdp_cpu_offload) == (1, "FSDP", True)
+        assert invalid_reason(config, loaded.spec.resources) is None

@@ -135,3 +135,32 @@ def test_a_study_infers_ooms_instead_of_running_them(infer, write_study, tmp_pat
     for t in inferred:
         c = config_of(t)
         assert c.batch_size > (64 if c.gradient_checkpointing else 32)
+
+
+def test_an_adamw_torch_oom_says_nothing_of_the_fused_kernel():
+    """adamw_torch (foreach on CUDA) needs about one more copy of the parameters at its step than
+    adamw_torch_fused (PyTorch's torch.optim docs): a fused OOM implies adamw_torch's, not back."""
+    plain, fused = _c(optim="adamw_torch"), _c(optim="adamw_torch_fused")
+    assert memory_dominates(plain, fused) and not memory_dominates(fused, plain)
+    assert inferred_oom(fused, [(1, plain)]) is None
+    assert inferred_oom(plain, [(2, fused)]) == 2
+    for light in ("adamw_bnb_8bit", "adafactor"):  # both still below either AdamW
+        assert memory_dominates(fused, _c(optim=light)) and memory_dominates(plain, _c(optim=light))
+
+
+@pytest.mark.parametrize(
+    ("attn", "packed_at_most_max_length"),
+    [("sdpa", False), ("eager", False), ("flash_attention_2", True), ("flex_attention", True)],
+)
+def test_packed_is_below_max_length_only_where_attention_stays_within_entries(
+    attn, packed_at_most_max_length
+):
+    """sdpa and eager build a block-diagonal mask over the whole packed row (length x length);
+    flash (varlen through the position ids) and flex (block-sparse) attend within each entry."""
+    packed, padded = (
+        _c(padding="packed", attn_implementation=attn),
+        _c(padding="max_length", attn_implementation=attn),
+    )
+    assert memory_dominates(padded, packed) is packed_at_most_max_length
+    assert inferred_oom(packed, [(1, padded)]) is None  # never: packed is not above max_length
+    assert (inferred_oom(padded, [(1, packed)]) == 1) is packed_at_most_max_length

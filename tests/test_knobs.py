@@ -229,3 +229,20 @@ def test_ddp_trials_skip_the_search_for_unused_parameters(make_job):
         layer_classes=None,
     )
     assert ddp["ddp_find_unused_parameters"] is False and "ddp_find_unused_parameters" not in single
+
+
+def test_under_compile_flash_attention_and_liger_have_no_speed_order():
+    """torch_compile: flash attention's unpadding and Liger's functions break the graph, so the
+    throughput prior puts neither above its alternative there (issue 23); without compile it does."""
+    base = TrialConfig(**BASE)
+    for compiled in (False, True):
+        c = base.replace(torch_compile=compiled)
+        flash, sdpa = (
+            c.replace(attn_implementation="flash_attention_2"),
+            c.replace(attn_implementation="sdpa"),
+        )
+        liger, plain = c.replace(liger_kernel=True), c.replace(liger_kernel=False)
+        assert knob("attn_implementation").speed_at_least(flash, sdpa) is not compiled
+        assert knob("liger_kernel").speed_at_least(liger, plain) is not compiled
+        assert not knob("attn_implementation").speed_at_least(sdpa, flash)
+        assert not knob("liger_kernel").speed_at_least(plain, liger)

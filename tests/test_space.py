@@ -175,3 +175,47 @@ def test_number_nodes_is_a_parameter_of_multi_gpu_trials():
     assert "number_nodes.2" in c.key() and "gpus=4 nodes=2" in describe(c)
     with pytest.raises(SpecError, match="number_nodes needs number_gpus > 1, but number_gpus is only 1"):
         _space({**{k: v for k, v in params.items() if k != "distributed_backend"}, "number_gpus": 1})
+
+
+OFFLOAD_SPACE = BASE_STUDY["search_space"]["parameters"] | {"fsdp_cpu_offload": {"choices": [False, True]}}
+
+
+def test_fsdp_with_cpu_offload_is_a_configuration_of_one_gpu():
+    """FSDP with CPU offload on one GPU (an 8B full fine-tune on one card): asked where the space
+    can offload; DDP on one GPU is the single process; FSDP there is valid only with offload."""
+    space = _space(OFFLOAD_SPACE)
+    resources = ResourcesSpec(gpus_per_node=2, gpu_model="X")
+    singles = [c for c in space.enumerate() if c.number_gpus == 1]
+    assert {c.distributed_backend for c in singles} == {"NONE", "FSDP"}
+    valid = [c for c in singles if invalid_reason(c, resources) is None]
+    # 2 batches x 2 checkpointing x (1 single process + 4 FSDP versions/strategies with offload)
+    assert len(valid) == 20 and all(c.fsdp_cpu_offload for c in valid if c.distributed_backend == "FSDP")
+    alone = next(c for c in singles if c.distributed_backend == "FSDP" and not c.fsdp_cpu_offload)
+    assert "only with fsdp_cpu_offload" in (invalid_reason(alone, resources) or "")
+    # without offload in the space, one GPU is the single process only, as before
+    plain = [c for c in _space(BASE_STUDY["search_space"]["parameters"]).enumerate() if c.number_gpus == 1]
+    assert len(plain) == 4 and {c.distributed_backend for c in plain} == {"NONE"}
+
+
+def test_one_gpu_configurations_round_trip_where_the_backend_is_asked():
+    """The single process of a space that asks the backend on one GPU is asked as DDP (which
+    settles to NONE), so that an enqueued configuration comes back as itself."""
+    space = _space(OFFLOAD_SPACE | {"number_gpus": 1})
+    single = TrialConfig(batch_size=4, number_gpus=1, gradient_checkpointing=False, model_max_length=64)
+    assert TrialConfig(**(single.to_dict() | {"distributed_backend": "DDP"})) == single
+    assert space.params_for(single)["distributed_backend"] == "DDP"
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(12):
+        trial = study.ask()
+        config = space.suggest(trial)
+        assert space.params_for(config) == trial.params
+        study.tell(trial, 1.0)
+    study.enqueue_trial(space.params_for(single))
+    assert space.suggest(study.ask()).distributed_backend == "NONE"
+
+
+def test_one_gpu_spaces_take_the_backend_only_with_offload():
+    one = BASE_STUDY["search_space"]["parameters"] | {"number_gpus": 1}
+    _space(one | {"distributed_backend": "FSDP", "fsdp_cpu_offload": True})  # accepted
+    with pytest.raises(SpecError, match="distributed_backend needs number_gpus > 1"):
+        _space(one | {"distributed_backend": "FSDP"})

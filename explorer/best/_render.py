@@ -78,7 +78,12 @@ def accelerate_values(
         "NUMBER_NODES": str(config.number_nodes or 1),
         # quoted: YAML 1.1 (accelerate's loader) reads a bare no as false
         "MIXED_PRECISION": f'"{mixed_precision(device_type, torch_dtype)}"',
-        "DISTRIBUTED_TYPE": "MULTI_GPU" if config.number_gpus > 1 else '"NO"',  # not false
+        # FSDP on one GPU too (with CPU offload): accelerate's FSDP type, a world of one process
+        "DISTRIBUTED_TYPE": "FSDP"
+        if config.distributed_backend == "FSDP"
+        else "MULTI_GPU"
+        if config.number_gpus > 1
+        else '"NO"',  # not false
         # as training_arguments.json's use_cpu, but where accelerate would then start one process
         # only: a CPU run of several processes (see render_accelerate's note)
         "USE_CPU": yes_no[device_type == "cpu" and config.number_gpus == 1],
@@ -90,6 +95,7 @@ def accelerate_values(
             DECODER_LAYER_CLASS=",".join(layer_classes),
             SHARDING_STRATEGY=config.fsdp_sharding_strategy or "FULL_SHARD",
             RESHARD_AFTER_FORWARD=yes_no[config.fsdp_sharding_strategy == "FULL_SHARD"],
+            OFFLOAD_PARAMS=yes_no[bool(config.fsdp_cpu_offload)],
             ACTIVATION_CHECKPOINTING=yes_no[config.gradient_checkpointing],
             # as the worker: accelerate's sync_module_states needs an accelerator
             SYNC_MODULE_STATES=yes_no[device_type == "cuda"],

@@ -85,7 +85,7 @@ def _build(space: SearchSpace, picks: Mapping[str, Any], want: Mapping[str, Any]
     smallest batch of the space that its GPUs divide."""
     values: dict[str, Any] = {}
     for k in asking_order():
-        if not k.applies(values, space.facts):
+        if not k.applies(values, space.facts, space.domains):
             values[k.name] = k.inactive
         elif k.name in space.domains:
             values[k.name] = k.coerce(picks[k.name])
@@ -135,7 +135,9 @@ def _valid(
         for other in domain.values if name not in want else ():
             if other != getattr(config, name):
                 changed = _realize(space, base, {**want, name: other})
-                if changed is not None and invalid_reason(changed, resources) is None:
+                if changed is None or _too_big(changed, node) is not None:
+                    continue
+                if invalid_reason(changed, resources) is None:
                     return changed, None
     return None, f"every configuration near it is invalid: {reason}"
 

@@ -115,6 +115,11 @@ class Condition:
     """Why it can never apply, e.g. ``number_gpus is only 1``."""
     may: str
     """When it may apply, e.g. ``number_gpus can exceed 1``."""
+    opened_by: tuple[str, Value] | None = None
+    """Where ``test`` fails, the knob still applies where another knob can take a value
+    (``("fsdp_cpu_offload", True)``: the backend on one GPU, for FSDP with CPU offload): in a
+    search space that names the knob and whose domain of the other holds the value; in a
+    configuration, where the other has it."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,9 @@ class Knob:
     """The keyword of the model's ``from_config``/``from_pretrained`` it sets, when it applies."""
     data_option: str | None = None
     """The keyword of the data pipeline it sets (``explorer.worker._data.collator_for``)."""
+    settle: Callable[[Any, Mapping[str, Any]], Any] | None = None
+    """The value a configuration holds for a given one, given the knobs before it in the
+    registry (``DDP`` on one GPU is one process: ``NONE``); ``None``: the value itself."""
     needs: Mapping[Any, Needs] = field(default_factory=dict)
     """What some of its values need of the device, the installed packages or the model
     (``{"flash_attention_2": Needs(cuda=True, module="flash_attn")}``)."""
@@ -235,12 +243,27 @@ class Knob:
         if self.default is not None and self.check(self.default) is not None:
             raise ValueError(f"knob {self.name}: default {self.default!r}: {self.check(self.default)}")
 
-    def applies(self, values: Mapping[str, Any], facts: Mapping[str, Any]) -> bool:
-        """Whether the knob applies, given the knobs decided so far and the workload's facts."""
+    def applies(
+        self, values: Mapping[str, Any], facts: Mapping[str, Any], domains: Mapping[str, Any] | None = None
+    ) -> bool:
+        """Whether the knob applies, given the knobs decided so far and the workload's facts
+        (``domains``: a search space's, where it is building a configuration; see
+        :attr:`Condition.opened_by`)."""
         if self.when is None:
             return True
         parent = values[self.when.parent] if self.when.parent in values else facts.get(self.when.parent)
-        return bool(self.when.test(parent))
+        return bool(self.when.test(parent)) or self.opened(values, domains)
+
+    def opened(self, values: Mapping[str, Any], domains: Mapping[str, Any] | None) -> bool:
+        """Whether its condition's :attr:`~Condition.opened_by` holds: in ``domains`` (a search
+        space's, each with ``values``), or else in ``values`` (a configuration's)."""
+        by = self.when.opened_by if self.when is not None else None
+        if by is None:
+            return False
+        other, value = by
+        if domains is None:
+            return bool(values.get(other) == value)
+        return self.name in domains and other in domains and value in domains[other].values
 
     def coerce(self, value: Any) -> Value:
         """``value`` as the knob's kind."""

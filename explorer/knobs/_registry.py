@@ -116,6 +116,20 @@ MULTI_GPU = Condition(
     never="number_gpus is only 1",
     may="number_gpus can exceed 1",
 )
+ONE_GPU_OFFLOAD = ("fsdp_cpu_offload", True)
+"""FSDP with CPU offload on one GPU (a common way to fit an 8B full fine-tune on one card):
+parameters, gradients and optimizer states in host memory, the GPU holding the layers at work."""
+BACKEND = Condition(
+    parent="number_gpus",
+    test=lambda n: n is not None and n > 1,
+    needs="number_gpus > 1 (on one GPU: fsdp_cpu_offload true)",
+    never="number_gpus is only 1 and fsdp_cpu_offload is never true",
+    may="number_gpus can exceed 1",
+    opened_by=ONE_GPU_OFFLOAD,
+)
+"""Where the backend applies: on several GPUs, and on one in a space that can offload (where
+DDP is the single process, :func:`_one_process`, and FSDP is valid only with offload:
+explorer/validity.py)."""
 FSDP = Condition(
     parent="distributed_backend",
     test=lambda b: b == "FSDP",
@@ -181,8 +195,10 @@ def _always(c: Config) -> bool:
 
 
 def _dense(c: Config) -> bool:
-    """sdpa and eager attend over the whole padded or packed row (transformers' 4-D mask)."""
-    return c.attn_implementation != "flash_attention_2"
+    """sdpa and eager attend over the whole padded or packed row (transformers' 4-D mask);
+    flash_attention_2 (varlen, from the position ids) and flex_attention (a block-sparse mask)
+    attend within each packed entry only."""
+    return c.attn_implementation in ("sdpa", "eager")
 
 
 def _compiled(c: Config) -> bool:
@@ -193,12 +209,9 @@ def _fsdp1(c: Config) -> bool:
     return c.distributed_backend == "FSDP" and c.fsdp_version == 1
 
 
-ADAMW = ("adamw_torch", "adamw_torch_fused")
-"""Tied in memory: the fused kernel keeps the same two states (torch/optim/adam.py)."""
-
-
 def _single_or_equal(name: str) -> Any:
-    """Speed: one GPU beats any backend; otherwise only the same value compares."""
+    """Speed: one GPU (one process, or FSDP on one) beats any backend; otherwise only the same
+    value compares."""
     return lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name)
 
 
@@ -217,8 +230,13 @@ def _checkpointed(c: Config) -> str:
     return "on" if fraction == 1.0 else f"{fraction:g}"
 
 
+def _one_process(value: Any, c: Any) -> Any:
+    """DDP on one GPU is one plain process: the backend ``NONE``."""
+    return "NONE" if value == "DDP" and c.get("number_gpus") == 1 else value
+
+
 def _backend_label(value: str, c: Config) -> str:
-    if c.number_gpus <= 1:
+    if c.number_gpus <= 1 and value != "FSDP":
         return "single"
     return f"FSDP{c.fsdp_version}/{c.fsdp_sharding_strategy}" if value == "FSDP" else value
 
@@ -265,10 +283,11 @@ _DECLARED = (
         required=True,
         measure_default="DDP",
         check=one_of(BACKENDS),
-        when=MULTI_GPU,
+        when=BACKEND,
         inactive="NONE",
+        settle=_one_process,
         asked_first=True,
-        doc="DDP or FSDP (only when number_gpus > 1)",
+        doc="DDP or FSDP (when number_gpus > 1; on one GPU FSDP with fsdp_cpu_offload, DDP is one process)",
         speed=_single_or_equal("distributed_backend"),
         feature="backend",
         label=_backend_label,
@@ -348,11 +367,16 @@ _DECLARED = (
         "all parameters), adamw_bnb_8bit (8-bit states; CUDA and bitsandbytes) or adafactor "
         "(factored second moments, no first moment; not under FSDP2)",
         # adafactor's factored moments need 2-D weights: FSDP1's flat 1-D shards get full second
-        # moments, more than 8-bit AdamW's two states (issue 27, item 5)
+        # moments, more than 8-bit AdamW's two states (issue 27, item 5). adamw_torch_fused holds
+        # the same two fp32 moments as adamw_torch but needs no more: adamw_torch is the foreach
+        # implementation on CUDA, which "uses ~ sizeof(params) more peak memory than the for-loop
+        # version due to the intermediates being a tensorlist" (PyTorch's torch.optim docs,
+        # `foreach`; torch/optim/adam.py's _foreach_sqrt), the fused kernel none (issue 23): an
+        # adamw_torch OOM says nothing of the fused one, a fused OOM implies adamw_torch's
         memory=_Depends(
             "optim",
-            (_fsdp1, Axis("ordered", ("adamw_bnb_8bit", "adafactor", ADAMW))),
-            (_always, Axis("ordered", ("adafactor", "adamw_bnb_8bit", ADAMW))),
+            (_fsdp1, Axis("ordered", ("adamw_bnb_8bit", "adafactor", "adamw_torch_fused", "adamw_torch"))),
+            (_always, Axis("ordered", ("adafactor", "adamw_bnb_8bit", "adamw_torch_fused", "adamw_torch"))),
         ),
         speed=Axis("ordered", ("adamw_torch", "adamw_torch_fused")),
         feature=None,
@@ -378,8 +402,12 @@ _DECLARED = (
         "entry; packed: padding-free, a batch's entries concatenated with their boundaries kept "
         "(position ids; no attention crosses an entry)",
         # packed with sdpa or eager: transformers builds a dense block-diagonal mask over the whole
-        # packed row, and the kernel computes all of it (issue 27, item 5): more memory and work
-        # than padding each entry can be; with flash attention (varlen) packing needs least
+        # packed row (length x length), and the kernel computes all of it (issue 27, item 5;
+        # issue 23): more memory and work than padding each entry can be, so no order there.
+        # With flash_attention_2 the packed entries go to FlashAttention's varlen kernel through
+        # their position ids, and flex_attention masks blocks sparsely: packing needs least (HF
+        # blog "Improving Hugging Face Training Efficiency Through Packing with Flash Attention
+        # 2", 2024; transformers' DataCollatorWithFlattening docs)
         memory=_Depends(
             "padding",
             (_dense, Axis("ordered", ("longest", "max_length"))),
@@ -403,7 +431,10 @@ _DECLARED = (
         "without flash_attn; CUDA)",
         # sdpa holds a boolean mask of every row's square that flash never builds
         memory=Axis("ordered", ("flash_attention_2", "sdpa", "eager")),
-        # under torch_compile flash attention's unpadding breaks the graph: flash can lose to sdpa
+        # under torch_compile flash attention's unpadding (data-dependent shapes) breaks the graph:
+        # flash can lose to sdpa, so no order for it there (flash_attn's unpad_input calls
+        # torch.nonzero, an output shape that depends on the data: a graph break in PyTorch's
+        # torch.compile docs unless capture_dynamic_output_shape_ops; issue 23)
         speed=_Depends(
             "attn_implementation",
             (_compiled, Axis("ordered", ("eager", "sdpa"))),
@@ -437,7 +468,8 @@ _DECLARED = (
         doc="Liger Kernel's fused Triton kernels (RMSNorm, RoPE, SwiGLU, cross entropy) patched into "
         "the model (CUDA, the liger_kernel package and a model type it supports)",
         memory=Axis("decreasing"),
-        # under torch_compile Liger's autograd functions break the graph: no order
+        # under torch_compile Liger's autograd functions (Triton kernels) can break the graph, so
+        # Liger can lose to no Liger (issue 23's report): no order there
         speed=_Depends("liger_kernel", (_compiled, Axis()), (_always, Axis("increasing"))),
         label=lambda v, c: "liger" if v else None,
         needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
@@ -463,7 +495,7 @@ _DECLARED = (
         when=FSDP,
         inactive=False,
         doc="FSDP keeps parameters, gradients and optimizer states in host memory and the "
-        "optimizer steps on the CPU (only with FSDP)",
+        "optimizer steps on the CPU (only with FSDP; on one GPU too, where FSDP needs it)",
         memory=Axis("decreasing"),
         speed=Axis("decreasing"),
         feature="backend",

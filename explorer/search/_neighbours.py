@@ -312,8 +312,9 @@ class LocalSearch:
     def _with(self, c: TrialConfig, changes: dict[str, Value]) -> Iterator[TrialConfig]:
         """``c`` with ``changes``; parameters that become active take each of their values."""
         base: dict[str, Value | None] = {}
+        now = {**c.to_dict(), **changes}
         for name, domain in self.space.domains.items():
-            value = changes.get(name, getattr(c, name))
+            value = changes.get(name, self.space.asked_value(name, now))
             base[name] = value if value in domain.values else None
         missing = [n for n, v in base.items() if v is None]
         for combo in itertools.product(*(self.space.domains[n].values for n in missing)):

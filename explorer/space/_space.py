@@ -90,7 +90,7 @@ class SearchSpace:
     def _build(self, pick: Callable[[str], Value], order: tuple[Knob, ...] | None = None) -> TrialConfig:
         values: dict[str, Any] = {}
         for k in order or asking_order():
-            if not k.applies(values, self.facts):
+            if not k.applies(values, self.facts, self.domains):
                 values[k.name] = k.inactive
             elif k.name in self.domains:
                 values[k.name] = k.coerce(pick(k.name))
@@ -109,13 +109,23 @@ class SearchSpace:
         values = config.to_dict()
         params: dict[str, Value] = {}
         for name, domain in self.domains.items():
-            value = values.get(name)
+            value = self.asked_value(name, values)
             if isinstance(domain, Fixed) or value not in domain.values:
                 continue  # fixed, or inactive here (e.g. distributed_backend NONE on one GPU)
-            if not knob(name).applies(values, self.facts):
+            if not knob(name).applies(values, self.facts, self.domains):
                 continue  # not asked here (number_nodes on one GPU: always one node)
             params.update(domain.encode(name, value))
         return params
+
+    def asked_value(self, name: str, values: Mapping[str, Any]) -> Any:
+        """The value of ``name``'s domain that a configuration of ``values`` was asked for: its
+        own, or the one that settles to it (:attr:`~explorer.knobs.Knob.settle`: ``DDP`` for
+        the ``NONE`` of one GPU, where the backend is asked)."""
+        value = values.get(name)
+        settle = knob(name).settle
+        if settle is None or value in self.domains[name].values:
+            return value
+        return next((v for v in self.domains[name].values if settle(v, values) == value), value)
 
     def enumerate(self) -> Iterator[TrialConfig]:
         """Every distinct configuration of the space (conditional parameters respected), in the
@@ -223,7 +233,7 @@ def _may_apply(k: Knob, domains: Mapping[str, Domain], facts: Mapping[str, Any])
         values = (facts[parent],)
     else:
         values = (knob(parent).inactive,)
-    return any(k.when.test(v) for v in values)
+    return any(k.when.test(v) for v in values) or k.opened({}, domains)
 
 
 def _complete(

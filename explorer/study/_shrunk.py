@@ -32,7 +32,7 @@ def outside_values(space: SearchSpace, config: TrialConfig) -> list[str]:
     def pick(name: str) -> Value:
         if name in held:  # the job's own value: a change there is the identity's to refuse
             return space.domains[name].values[0]
-        value: Value = values[name]
+        value: Value = space.asked_value(name, values)
         if value not in space.domains[name].values:
             bad.append(f"{name}={value}")
         return value
