@@ -3,10 +3,11 @@
 Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
 fresh in-memory study per repeat, with seeds 0..R-1:
 
-* ``default``: explorer's default sampler (TPE: multivariate, grouped, constant liar; local
-  search: the frontier walk and 5 covering start-up trials, then neighbours of the best
-  configurations ordered by the memory and throughput priors, TPE when none is left) and OOM
-  inference on, whatever sampler the study file names;
+* ``default``: explorer's default search: the frontier walk's probes while they fit, then the
+  joint models of :mod:`explorer.search._surrogate` over the whole space (first-principles
+  priors of :mod:`explorer.search._physics` scaled to the measured trials), TPE (multivariate,
+  grouped, constant liar) as the sampler behind them, and OOM inference on, whatever sampler the
+  study file names;
 * ``no-inference``: the same with OOM inference off;
 * ``no-priors``: the default without the memory and throughput priors that order local search's
   neighbours;
@@ -17,8 +18,9 @@ fresh in-memory study per repeat, with seeds 0..R-1:
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults (plain TPE); OOM is still a constraint, no
   inference;
-* ``model``: the default with the joint models of :mod:`explorer.search._surrogate` proposing
-  instead of the frontier walk and the neighbours (``LocalSearch.surrogate``);
+* ``walk``: the default before issue 23: the frontier walk, 5 covering start-up trials, then
+  neighbours of the best configurations ordered by the memory and throughput priors
+  (``LocalSearch.surrogate`` off);
 * ``gp``: Optuna's GPSampler with its defaults (categorical parameters one-hot, conditional ones
   sampled independently); no inference.
 
@@ -62,9 +64,9 @@ VARIANTS = (
     "random",
     "optuna",
     "gp",
-    "model",
+    "walk",
 )
-LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3", "model")
+LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3", "walk")
 """The variants with local search."""
 TARGET = 0.98
 NOISE_FREE = "dataset_tokens_per_second_per_gpu_noise_free"
@@ -208,7 +210,7 @@ def _run_study(
     from explorer.search import _neighbours
 
     before = _neighbours.SURROGATE
-    _neighbours.SURROGATE = variant == "model"
+    _neighbours.SURROGATE = variant != "walk"
     try:
         optimize(
             run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False

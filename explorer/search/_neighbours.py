@@ -57,10 +57,10 @@ from explorer.validity import invalid_reason
 
 __all__ = ["SURROGATE", "LocalSearch"]
 
-SURROGATE = False
-"""Whether a new :class:`LocalSearch` proposes from the joint models (not yet the default: on the
-issue-23 tables it does not yet beat the neighbour search everywhere; benchmark-search measures it
-as its ``model`` variant)."""
+SURROGATE = True
+"""Whether a new :class:`LocalSearch` proposes from the joint models after the frontier walk (the
+default since issue 23; benchmark-search's ``walk`` variant turns it off: the walk, then neighbours
+of the best configurations)."""
 
 
 @dataclass(kw_only=True)
@@ -82,7 +82,7 @@ class LocalSearch:
     surrogate: bool = field(default_factory=lambda: SURROGATE)
     """With the frontier walk and both priors on: propose from the joint models of
     :mod:`explorer.search._surrogate` over the whole space instead of the walk and the neighbours
-    (off by default: benchmark-search's ``model`` variant turns it on, see :data:`SURROGATE`)."""
+    (on by default: benchmark-search's ``walk`` variant turns it off, see :data:`SURROGATE`)."""
     workload: WorkloadSpec | None = None
     """The job, for the joint models' first-principles priors (:mod:`explorer.search._physics`);
     ``None`` or a model without a known architecture: the registry's orders are the priors."""
