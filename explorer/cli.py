@@ -132,7 +132,7 @@ def _benchmark_search_arguments(sub: argparse._SubParsersAction[argparse.Argumen
     bench.add_argument("--n-trials", type=int, default=60, metavar="N", help="counted trials per run")
     bench.add_argument(
         "--variants",
-        default="default,no-inference,no-priors,cover-start,tpe-every-3,no-local-search,random,optuna,gp,model",
+        default=None,
         metavar="LIST",
         help="comma-separated variants to run (default: all of them)",
     )
@@ -499,7 +499,9 @@ def _benchmark_search(args: argparse.Namespace) -> int:
     from explorer.search_benchmark import VARIANTS, benchmark_search, format_table, to_json
     from explorer.study_file import load_study
 
-    variants = tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    variants = (
+        VARIANTS if args.variants is None else tuple(v.strip() for v in args.variants.split(",") if v.strip())
+    )
     unknown = [v for v in variants if v not in VARIANTS]
     if unknown or not variants:
         raise SpecError(

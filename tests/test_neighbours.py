@@ -84,8 +84,14 @@ def test_proposals_skip_what_is_answered_inferred_or_in_flight(loaded):
     assert local.propose(feasible=[(best, 100.0)], answered=answered, ooms=[(7, oom)]) is None
 
 
-def test_a_study_climbs_from_its_best_trials(loaded):
+def test_a_study_climbs_from_its_best_trials(loaded, monkeypatch):
+    """The walk variant (the default before issue 23): the frontier walk, covering start-up
+    trials, then neighbours of the best."""
     import optuna
+
+    from explorer.search import _neighbours
+
+    monkeypatch.setattr(_neighbours, "SURROGATE", False)
 
     from explorer.study import open_study, optimize
     from explorer.study._record import config_of

@@ -1,5 +1,7 @@
-"""The joint models of explorer/search/_surrogate.py (the model variant) and the corrected
-registry orders they start from, on one of the issue-23 tables' spaces."""
+"""The joint models of explorer/search/_surrogate.py (the default search after the frontier
+walk), with either prior: the registry's orders (a model without a known architecture) or the
+first-principles estimates of explorer/search/_physics.py; and the corrected registry orders, on
+one of the issue-23 tables' spaces."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from explorer.study_file import load_study
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def local():
+@pytest.fixture(scope="module", params=["orders", "physics"])
+def local(request):
     loaded = load_study(
         ROOT / "benchmarks/search_studies/knobs/llama-8b-a100-40x2-full.yaml", check_model=False
     )
-    return LocalSearch(space=loaded.space, resources=loaded.spec.resources, surrogate=True)
+    workload = loaded.spec.workload if request.param == "physics" else None
+    return LocalSearch(space=loaded.space, resources=loaded.spec.resources, surrogate=True, workload=workload)
 
 
 def _pick(local, **want):
@@ -60,16 +63,16 @@ def test_an_oom_lowers_the_chance_to_fit_of_its_hungrier_neighbours(local):
         assert model.memory is not None
         mu, sd = model.memory.predict(rows)
         chances.append(norm.cdf(-mu / sd)[0])
-    assert chances[1] < chances[0] - 0.1
+    assert chances[1] < 0.5 * chances[0]
 
 
 def test_the_proposal_is_open_and_not_inferred_oom(local):
     oom = _pick(local, number_gpus=1, batch_size=8, precision="mixed")
     fit = _pick(local, number_gpus=2, precision="pure_bf16", fsdp_sharding_strategy="FULL_SHARD")
-    chosen, base = local.propose(
+    chosen = local.modelled_next(
         feasible=[(fit, 100.0)], answered={fit.key(), oom.key()}, ooms=[(0, oom)], peaks=[(fit, 30.0)]
     )
-    assert base == fit and chosen.key() not in {fit.key(), oom.key()}
+    assert chosen is not None and chosen.key() not in {fit.key(), oom.key()}
     assert not memory_dominates(chosen, oom)
 
 

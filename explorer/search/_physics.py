@@ -84,7 +84,7 @@ CPU_ADAM_PARAMS_S = 1e9
 socket)."""
 HBM_BYTES_S = 1.5e12
 """Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
-KERNEL_SPEED = {
+KERNEL_SPEED: dict[str, dict[Any, float]] = {
     "attn_implementation": {"eager": 0.85, "sdpa": 0.97, "flash_attention_2": 1.0, "flex_attention": 0.97},
     "precision": {"mixed": 1.0, "pure_bf16": 1.05},
     "liger_kernel": {False: 1.0, True: 1.04},

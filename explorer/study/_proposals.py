@@ -101,14 +101,16 @@ def _propose_modelled(
     answered: set[str],
     *,
     walk: bool,
+    last: TrialConfig | None,
 ) -> None:
     """The joint models' proposal (:mod:`explorer.search._surrogate`), after the frontier walk's
     probes while it walks (``walk``); the sampler's turn every ``global_every``-th trial if set."""
-    trials = len(study.get_trials(deepcopy=False))
+    asked = study.get_trials(deepcopy=False)
+    trials = len(asked)
     fitted = [c for c, _, _ in known.feasible.values()]
     if walk:
         probe = local.probe(
-            seen=[],
+            seen=[(k, v) for t in asked for k, v in t.params.items()],
             seed=f"{loaded.spec.sampler.seed}:{trials}",
             answered=answered,
             ooms=known.ooms,

@@ -1,0 +1,171 @@
+"""The first-principles priors of explorer/search/_physics.py and their calibration to measured
+trials (explorer/search/_calibrate.py): directions that follow from the accounting, and scales
+recovered from peaks and throughputs made with known multipliers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from explorer.search._calibrate import PhysicsParts, fit_memory_scales, fit_time_scales
+from explorer.search._physics import JobPhysics, gpu_memory_gib, physics_parts
+from explorer.study_file import load_study
+from explorer.validity import invalid_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def job():
+    loaded = load_study(
+        ROOT / "benchmarks/search_studies/knobs/llama-8b-h100x8-full-long.yaml", check_model=False
+    )
+    physics = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources)
+    valid = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
+    return physics, valid
+
+
+def _pick(valid, **want):
+    return next(c for c in valid if all(getattr(c, k) == v for k, v in want.items()))
+
+
+@pytest.mark.parametrize(
+    ("name", "gib"),
+    [
+        ("NVIDIA-A100-SXM4-40GB", 40.0),
+        ("NVIDIA-H100-80GB-HBM3", 80.0),
+        ("NVIDIA-L40S", 48.0),
+        ("NVIDIA H200", 141.0),
+        ("CPU-logical", None),
+        (None, None),
+    ],
+)
+def test_gpu_memory_from_the_name(name, gib):
+    assert gpu_memory_gib(name) == gib
+
+
+def test_the_parameter_count_is_llama_8b(job):
+    physics, _ = job
+    assert 7.9e9 < physics.arch.total < 8.2e9  # Llama-3.1-8B: 8.03e9
+
+
+def test_memory_directions(job):
+    """More sharding, checkpointing, Liger, pure bf16 and offload each need less memory."""
+    physics, valid = job
+    base = _pick(
+        valid,
+        number_gpus=8,
+        distributed_backend="FSDP",
+        fsdp_sharding_strategy="SHARD_GRAD_OP",
+        gradient_checkpointing=False,
+        liger_kernel=False,
+        precision="mixed",
+        fsdp_cpu_offload=False,
+        padding="longest",
+        attn_implementation="flash_attention_2",
+        optim="adamw_torch_fused",
+    )
+    less = [
+        base.replace(fsdp_sharding_strategy="FULL_SHARD"),
+        base.replace(gradient_checkpointing=True),
+        base.replace(liger_kernel=True),
+        base.replace(precision="pure_bf16"),
+        base.replace(fsdp_cpu_offload=True),
+        base.replace(optim="adamw_bnb_8bit"),
+    ]
+    for c in less:
+        assert physics.memory_gib(c) < physics.memory_gib(base), c
+    # eager attention stores the scores; packing under eager carries a whole-row mask
+    eager = base.replace(attn_implementation="eager")
+    assert physics.memory_gib(eager) > physics.memory_gib(base)
+    assert physics.memory_gib(eager.replace(padding="packed")) > physics.memory_gib(eager)
+
+
+def test_throughput_directions(job):
+    """On long-tailed entries packing beats padding to max_length; offload, checkpointing and
+    eager attention are slower."""
+    physics, valid = job
+    base = _pick(
+        valid,
+        number_gpus=8,
+        distributed_backend="FSDP",
+        fsdp_sharding_strategy="FULL_SHARD",
+        gradient_checkpointing=False,
+        padding="max_length",
+        attn_implementation="flash_attention_2",
+        fsdp_cpu_offload=False,
+    )
+    tput = physics.log_throughput
+    assert tput(base.replace(padding="packed")) > tput(base.replace(padding="longest")) > tput(base)
+    for slower in (
+        base.replace(fsdp_cpu_offload=True),
+        base.replace(gradient_checkpointing=True),
+        base.replace(attn_implementation="eager"),
+    ):
+        assert tput(slower) < tput(base), slower
+
+
+def test_parts_add_up_to_the_estimates(job):
+    physics, valid = job
+    some = valid[::997]
+    parts = physics_parts(physics, some)
+    ones_m, ones_t = np.ones(parts.memory.shape[1]), np.ones(parts.time.shape[1])
+    assert np.allclose(parts.memory_gib(ones_m), [physics.memory_gib(c) for c in some], rtol=1e-9)
+    assert np.allclose(parts.log_throughput(ones_t), [physics.log_throughput(c) for c in some], rtol=1e-9)
+
+
+def _synthetic(seed: int = 0) -> PhysicsParts:
+    rng = np.random.default_rng(seed)
+    return PhysicsParts(
+        memory=np.column_stack(
+            [rng.uniform(1, 40, 300), rng.uniform(0, 60, 300), rng.uniform(0, 10, 300), np.ones(300)]
+        ),
+        data=rng.uniform(1e3, 1e5, 300),
+        time=np.column_stack(
+            [
+                rng.uniform(0.1, 2, 300),
+                rng.uniform(0, 1, 300),
+                rng.uniform(0, 3, 300) * (rng.random(300) < 0.2),
+                rng.uniform(0, 0.1, 300),
+            ]
+        ),
+    )
+
+
+def test_memory_scales_are_recovered_from_peaks():
+    parts = _synthetic()
+    truth = np.array([1.3, 0.2, 2.0, 1.0])  # activations 5x below the textbook, logits 2x above
+    rows = list(range(0, 300, 15))
+    peaks = [(r, float(parts.memory_gib(truth, np.array([r]))[0])) for r in rows]
+    fitted = fit_memory_scales(parts, peaks, [], limit_gib=80.0)
+    predicted = parts.memory_gib(fitted)
+    actual = parts.memory_gib(truth)
+    assert np.median(np.abs(np.log(predicted / actual))) < 0.05
+
+
+def test_an_oom_raises_the_estimate_to_the_limit():
+    parts = _synthetic(1)
+    row = int(np.argmin(parts.memory_gib(np.ones(4))))
+    before = float(parts.memory_gib(np.ones(4), np.array([row]))[0])
+    limit = 3 * before
+    after = parts.memory_gib(fit_memory_scales(parts, [], [row], limit_gib=limit), np.array([row]))[0]
+    assert after > 0.8 * limit
+
+
+def test_time_scales_are_recovered_from_throughputs():
+    parts = _synthetic(2)
+    truth = np.array([2.5, 0.5, 3.0, 1.0])
+    rows = np.arange(0, 300, 10)
+    measured = [(int(r), float(math.exp(parts.log_throughput(truth, np.array([r]))[0]))) for r in rows]
+    fitted = fit_time_scales(parts, measured)
+    error = np.abs(parts.log_throughput(fitted) - parts.log_throughput(truth))
+    assert np.median(error) < 0.05
+
+
+def test_nothing_measured_keeps_the_textbook():
+    parts = _synthetic()
+    assert np.allclose(fit_memory_scales(parts, [], [], limit_gib=None), 1.0)
+    assert np.allclose(fit_time_scales(parts, []), 1.0)
