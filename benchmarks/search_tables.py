@@ -473,13 +473,19 @@ def search(
     return result
 
 
-def merge_results(first: str, second: str, *, out: str) -> Path:
-    """Two ``search --sequences`` results of the same tables and variants, other seeds, as one
+def merge_results(names: list[str], *, out: str) -> Path:
+    """``search --sequences`` results of the same tables (other seeds, or other variants) as one
     (``benchmarks/results/<out>``), every figure recomputed from the pooled runs."""
+    import functools
+
     from explorer.search_benchmark import merge, to_json
 
-    a, b = (json.loads((ROOT / "benchmarks" / "results" / n).read_text()) for n in (first, second))
-    merged = {t: json.loads(to_json(merge(a[t], b[t]))) for t in a if t in b}
+    results = [json.loads((ROOT / "benchmarks" / "results" / n).read_text()) for n in names]
+    merged = {
+        t: json.loads(to_json(functools.reduce(merge, (r[t] for r in results))))
+        for t in results[0]
+        if all(t in r for r in results)
+    }
     path = ROOT / "benchmarks" / "results" / out
     path.write_text(json.dumps(merged))
     return path
@@ -570,13 +576,16 @@ def main() -> int:
     parser.add_argument("--out", help="search: the result file's name under benchmarks/results/")
     parser.add_argument("--sequences", action="store_true", help="search: record each run's trial sequence")
     parser.add_argument(
-        "--merge", nargs=2, metavar="JSON", help="merge: two results with sequences (other seeds) into --out"
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="merge: results with sequences (other seeds or variants) into --out",
     )
     args = parser.parse_args()
     if args.what == "tables":
         write_tables(tuple(args.tables))
     elif args.what == "merge":
-        merge_results(*args.merge, out=args.out)
+        merge_results(args.merge, out=args.out)
     elif args.what == "remeasure":
         remeasure(args.rounds)
     else:

@@ -369,19 +369,21 @@ def runs_of(variant: str, sequences: list[dict[str, Any]]) -> list[SearchRun]:
 
 
 def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """One table's two results with sequences (other seeds, same variants) as one: the runs
-    pooled and every figure recomputed (the CPU seconds a trial: their mean, weighted by trials)."""
+    """One table's two results with sequences as one: a variant's runs pooled where both have it
+    (other seeds), kept as they are where one has it (other variants, run apart: Optuna's
+    GPSampler in processes of its own), and every figure recomputed (the CPU seconds a trial:
+    their mean, weighted by trials)."""
     assert a["table"] == b["table"] and a["best"] == b["best"] and a["n_trials"] == b["n_trials"]
     out = dict(a, seeds=[min(a["seeds"][0], b["seeds"][0]), max(a["seeds"][1], b["seeds"][1])], variants={})
-    for variant, va in a["variants"].items():
-        vb = b["variants"][variant]
-        runs = runs_of(variant, va["sequences"] + vb["sequences"])
-        figures = summarize_runs(runs, best=a["best"])
-        n_a, n_b = (sum(len(s["config"]) for s in v["sequences"]) for v in (va, vb))
-        figures["cpu_seconds_per_trial"] = (
-            va["cpu_seconds_per_trial"] * n_a + vb["cpu_seconds_per_trial"] * n_b
-        ) / (n_a + n_b)
-        out["variants"][variant] = figures | {"sequences": va["sequences"] + vb["sequences"]}
+    for variant in dict.fromkeys([*a["variants"], *b["variants"]]):
+        parts = [v["variants"][variant] for v in (a, b) if variant in v["variants"]]
+        sequences = [s for v in parts for s in v["sequences"]]
+        figures = summarize_runs(runs_of(variant, sequences), best=a["best"])
+        trials = [sum(len(s["config"]) for s in v["sequences"]) for v in parts]
+        figures["cpu_seconds_per_trial"] = sum(
+            v["cpu_seconds_per_trial"] * n for v, n in zip(parts, trials, strict=True)
+        ) / max(1, sum(trials))
+        out["variants"][variant] = figures | {"sequences": sequences}
     return out
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from explorer.knobs import Axis, knob
@@ -115,7 +115,18 @@ class Encoding:
     of the estimated memory over it."""
 
     parts: PhysicsParts | None = None
+    _shared: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     """The first-principles estimates in parts, which :meth:`calibrated` scales to the trials."""
+
+    def shared(self, cols: np.ndarray) -> np.ndarray:
+        """How many parameters every configuration shares with each of ``cols`` (configurations x
+        cols, float32): one column a measured configuration, computed once a study."""
+        import numpy as np
+
+        for j in cols:
+            if int(j) not in self._shared:
+                self._shared[int(j)] = self.onehot @ self.onehot[int(j)]
+        return np.stack([self._shared[int(j)] for j in cols], axis=1)
 
     @property
     def kernels(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -224,7 +235,7 @@ class _Gp:
         enc = self.enc
         cols = self.at if cols is None else cols
         a0, a1, a2, a3, _ = self.kernel
-        m = enc.onehot[rows] @ enc.onehot[cols].T  # float32, the shared parameters
+        m = enc.shared(cols)[rows]  # float32, the shared parameters
         k = m - 1
         k *= a2 / 2
         k += a1
