@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.search_benchmark import VARIANTS, SearchRun, summarize_runs
+from explorer.search_benchmark import VARIANTS, SearchRun, benchmark_search, summarize_runs, to_json
 from tests.builders import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -98,3 +98,36 @@ def test_bad_arguments_are_one_line(write_study, tmp_path):
     table, _ = _table(tmp_path / "t.csv")
     done = _search(study, "--table", str(table), "--variants", "x")
     assert done.returncode == 2 and "--variants" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_merge_pools_other_seeds_and_joins_other_variants(write_study, tmp_path):
+    """Runs of other seeds pool; a variant run apart (GPSampler, in processes of its own) joins;
+    every figure is the one of the pooled runs."""
+    from explorer.search_benchmark import merge, runs_of
+    from explorer.study_file import load_study
+
+    table, best = _table(tmp_path / "t.csv")
+    study = write_study(
+        {
+            "search_space": {
+                "parameters": {
+                    "batch_size": {"values": [4, 8, 16, 32, 64, 128]},
+                    "number_gpus": {"values": [1, 2]},
+                    "distributed_backend": {"choices": ["DDP"]},
+                    "gradient_checkpointing": {"choices": [False, True]},
+                }
+            }
+        }
+    )
+    loaded = load_study(study, replay_table=table)
+    kw = {"repeats": 2, "n_trials": 6, "sequences": True}
+    first = json.loads(to_json(benchmark_search(loaded, variants=("default", "random"), **kw)))
+    second = json.loads(to_json(benchmark_search(loaded, variants=("default",), first_seed=2, **kw)))
+    apart = json.loads(to_json(benchmark_search(loaded, variants=("optuna",), **kw)))
+    merged = merge(merge(first, second), apart)
+    assert list(merged["variants"]) == ["default", "random", "optuna"]
+    assert merged["seeds"] == [0, 3]
+    seeds = {v: sorted(s["seed"] for s in f["sequences"]) for v, f in merged["variants"].items()}
+    assert seeds == {"default": [0, 1, 2, 3], "random": [0, 1], "optuna": [0, 1]}
+    pooled = summarize_runs(runs_of("default", merged["variants"]["default"]["sequences"]), best=best)
+    assert merged["variants"]["default"]["trials_to_98pct"] == pooled["trials_to_98pct"]
