@@ -68,6 +68,10 @@ PHYSICS_MEMORY_KERNEL = (0.02, 0.01, 0.001, 0.01, 0.05**2)
 """The memory kernel around the calibrated physics (a residual standard deviation of about 0.5)."""
 OOM_LABEL = 0.5
 """Latent memory of a configuration that ran out of memory."""
+MAX_CONDITIONED = 120
+"""The most trials each process conditions on: the fastest measured ones (throughput) and those
+nearest the memory limit (memory), so that a proposal's cost stops growing with the study (the
+calibration of the physics still sees every trial)."""
 OOM_MARGIN = 0.1
 """With a known limit: an OOM's latent memory, above the larger of the limit and the prior's estimate."""
 FIT_LABEL = -0.25
@@ -290,8 +294,9 @@ class Surrogate:
             peaks=[(enc.index[c], p) for c, p in measured.items()],
             ooms=[enc.index[c] for c in ooms],
         )
+        near = sorted(obs, key=lambda o: -o[1])[:MAX_CONDITIONED]  # the fastest measured
         speed = (
-            _Gp(enc, [i for i, _ in obs], [y for _, y in obs], speed_prior, enc.kernels[0], centred=True)
+            _Gp(enc, [i for i, _ in near], [y for _, y in near], speed_prior, enc.kernels[0], centred=True)
             if obs
             else None
         )
@@ -305,7 +310,7 @@ class Surrogate:
             i = enc.index[c]
             # over the limit, and at least as far over it as the prior says
             labels[i] = max(float(memory_prior[i]), 0.0) + OOM_MARGIN if enc.limit_gib else OOM_LABEL
-        at = list(labels)
+        at = sorted(labels, key=lambda i: abs(labels[i]))[:MAX_CONDITIONED]  # nearest the limit
         memory = (
             _Gp(enc, at, [labels[i] for i in at], memory_prior, enc.kernels[1], centred=False)
             if at or enc.limit_gib
