@@ -9,9 +9,9 @@ fresh in-memory study per repeat, with seeds 0..R-1:
   grouped, constant liar) as the sampler behind them, and OOM inference on, whatever sampler the
   study file names;
 * ``no-inference``: the same with OOM inference off;
-* ``no-priors``: the default without the memory and throughput priors that order local search's
-  neighbours;
-* ``cover-start``: the default without the frontier walk (5 covering start-up trials);
+* ``no-priors``: the walk variant (below) without the memory and throughput priors that order
+  its neighbours;
+* ``cover-start``: the default without the frontier walk (the joint models from the first trial);
 * ``tpe-every-3``: the default with every third trial from TPE (``sampler.global_every: 3``);
 * ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
   search;

@@ -80,7 +80,7 @@ class LocalSearch:
     frontier: bool = True
     """Start with the frontier walk (:mod:`explorer.search._frontier`) before covering the space."""
     surrogate: bool = field(default_factory=lambda: SURROGATE)
-    """With the frontier walk and both priors on: propose from the joint models of
+    """With both priors on: propose from the joint models of
     :mod:`explorer.search._surrogate` over the whole space instead of the walk and the neighbours
     (on by default: benchmark-search's ``walk`` variant turns it off, see :data:`SURROGATE`)."""
     workload: WorkloadSpec | None = None
@@ -94,7 +94,7 @@ class LocalSearch:
     @property
     def modelled(self) -> bool:
         """Whether the joint models propose (see :attr:`surrogate`)."""
-        return self.surrogate and self.frontier and self.memory_prior and self.throughput_prior
+        return self.surrogate and self.memory_prior and self.throughput_prior
 
     def encoding(self) -> Encoding:
         """The valid configurations, encoded once."""

@@ -538,10 +538,12 @@ class SamplerSpec(_Spec):
     n_startup_trials: NonNegativeInt | None = None
     """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
     local_search: bool = True
-    """TPE/GP: the driver proposes the start-up trials (the frontier walk, then trials that cover
-    the space), then unanswered neighbours of the best configurations (one step of one parameter,
-    or a memory trade); the sampler is asked when no neighbour is left
-    (:mod:`explorer.search._neighbours`)."""
+    """TPE/GP: the driver proposes the trials: the frontier walk while its probes fit, then the
+    joint models' choice over the whole space, around first-principles priors calibrated by the
+    measured trials (:mod:`explorer.search._surrogate`, docs/search.md); the sampler is asked
+    when nothing is left open. With ``memory_prior`` or ``throughput_prior`` off, the search
+    before issue 23: covering start-up trials, then unanswered neighbours of the best
+    configurations (:mod:`explorer.search._neighbours`)."""
     frontier_start: bool = True
     """With ``local_search``: begin with the frontier walk: the configurations the throughput prior
     ranks highest, each searched for the largest batch it fits, until one runs out of memory where
@@ -550,13 +552,15 @@ class SamplerSpec(_Spec):
     """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood
     (0: only when no neighbour is left)."""
     memory_prior: bool = True
-    """With ``local_search``: neighbours that a memory model fitted to the study's measured peaks
-    predicts to run out of memory are proposed after the others (never skipped;
+    """With ``local_search``: the joint models (off: the neighbour search, whose neighbours that a
+    memory model fitted to the study's measured peaks
+    predicts to run out of memory are proposed after the others, never skipped;
     :mod:`explorer.search._memory_model`)."""
     throughput_prior: bool = True
-    """With ``local_search``: neighbours that a measured configuration with no more GPUs, no more
-    sharding and no checkpointing caps below 98% of the best are proposed after the others
-    (never skipped; :mod:`explorer.search._throughput_prior`)."""
+    """With ``local_search``: the joint models (off: the neighbour search, whose neighbours that a
+    measured configuration with no more GPUs, no more sharding and no checkpointing caps below 98%
+    of the best are proposed after the others, never skipped;
+    :mod:`explorer.search._throughput_prior`)."""
 
 
 FaultKind = Literal["oom", "crash", "segfault", "hang", "actor_kill", "node_restart"]
