@@ -4,7 +4,9 @@
 ``explorer benchmark-search`` ran for each variant and seed (configuration key and how it was
 answered), recorded before the knob registry existed (the ``cpu-quickstart`` runs again when the
 quickstart space dropped ``number_gpus: 3``, a value that can never run on its 2-GPU node and
-that validation refuses since issue 22). The same seeds must walk the same
+that validation refuses since issue 22), and again when issue 23 made the joint models the default
+(its ``walk`` runs walk what ``default`` walked before: checked when it was re-recorded). The
+same seeds must walk the same
 sequences now: the suggestion order, the conditional structure, OOM inference, the priors and the
 configuration keys all show in them.
 
