@@ -229,6 +229,13 @@ class Knob:
     needs: Mapping[Any, Needs] = field(default_factory=dict)
     """What some of its values need of the device, the installed packages or the model
     (``{"flash_attention_2": Needs(cuda=True, module="flash_attn")}``)."""
+    efficiency: Mapping[Any, float] = field(default_factory=dict)
+    """A prior multiplier of the compute efficiency by value (unlisted: 1), for the search's
+    first-principles speed estimate (:mod:`explorer.search._physics`): a few percent, which the
+    measured trials overturn where it is wrong."""
+    state_bytes: Mapping[Any, float] = field(default_factory=dict)
+    """Optimizer-state bytes per trainable parameter by value, for the search's memory estimate
+    (unlisted: two moments as wide as the weights)."""
 
     def unmet(self, value: Any, *, device: str | None, model_type: str | None) -> str | None:
         """Why ``value`` cannot run on ``device`` for ``model_type`` (see :meth:`Needs.unmet`)."""

@@ -380,6 +380,9 @@ _DECLARED = (
         ),
         speed=Axis("ordered", ("adamw_torch", "adamw_torch_fused")),
         feature=None,
+        # 8-bit AdamW: two 1-byte states (bitsandbytes, Dettmers et al. 2022); Adafactor: factored
+        # second moments, rows + columns of each matrix (Shazeer and Stern 2018): about nothing
+        state_bytes={"adamw_bnb_8bit": 2.0, "adafactor": 0.1},
         label=lambda v, c: None if v == "adamw_torch" else v,
         training_args="optim",
         needs={"adamw_bnb_8bit": Needs(cuda=True, module="bitsandbytes")},
@@ -390,6 +393,8 @@ _DECLARED = (
         default=False,
         doc="torch.compile the model",
         feature="compile",
+        efficiency={True: 1.05},  # fused elementwise kernels (PyTorch 2 paper: 1.3-2x on training
+        # loops, far less on matmul-bound LLM steps)
         label=lambda v, c: "compile" if v else None,
         training_args="torch_compile",
     ),
@@ -435,6 +440,10 @@ _DECLARED = (
         # flash can lose to sdpa, so no order for it there (flash_attn's unpad_input calls
         # torch.nonzero, an output shape that depends on the data: a graph break in PyTorch's
         # torch.compile docs unless capture_dynamic_output_shape_ops; issue 23)
+        # eager materialises the scores in memory; sdpa's and flash's fused kernels do not
+        # (FlashAttention-2 paper: 2x over sdpa-era kernels on the attention alone, a few percent
+        # of a whole step)
+        efficiency={"eager": 0.85, "sdpa": 0.97, "flash_attention_2": 1.0, "flex_attention": 0.97},
         speed=_Depends(
             "attn_implementation",
             (_compiled, Axis("ordered", ("eager", "sdpa"))),
@@ -459,6 +468,7 @@ _DECLARED = (
         "optimizer states",
         memory=Axis("ordered", ("pure_bf16", "mixed")),
         speed=Axis("ordered", ("mixed", "pure_bf16")),
+        efficiency={"pure_bf16": 1.05},  # no fp32 master weights to cast every step
         label=lambda v, c: "bf16" if v == "pure_bf16" else None,
     ),
     Knob(
@@ -471,6 +481,7 @@ _DECLARED = (
         # under torch_compile Liger's autograd functions (Triton kernels) can break the graph, so
         # Liger can lose to no Liger (issue 23's report): no order there
         speed=_Depends("liger_kernel", (_compiled, Axis()), (_always, Axis("increasing"))),
+        efficiency={True: 1.04},  # Liger-Kernel paper: about 20% on the fused ops, a few % a step
         label=lambda v, c: "liger" if v else None,
         needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
     ),

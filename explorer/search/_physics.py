@@ -38,9 +38,10 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
 * the optimizer step: reading and writing the states at the memory's bandwidth.
 
-Small multipliers for kernels (flash over sdpa over eager, Liger, compile, pure bf16) are priors of
-a few percent each: the measured trials overturn them where they are wrong (torch_compile with
-graph breaks, say).
+Small multipliers for kernels (flash over sdpa over eager, Liger, compile, pure bf16; each knob's
+``efficiency`` in the registry) are priors of a few percent each: the measured trials overturn
+them where they are wrong (compile with graph breaks, say). Optimizer-state widths are the
+optimizer knob's ``state_bytes`` there.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from typing import Any
 
 from explorer.flops import FlopModel, peak_flops_for
 from explorer.hardware import CPU_MODEL
+from explorer.knobs import knobs
 from explorer.search._calibrate import OVERLAP, PhysicsParts
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
@@ -84,20 +86,22 @@ CPU_ADAM_PARAMS_S = 1e9
 socket)."""
 HBM_BYTES_S = 1.5e12
 """Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
-KERNEL_SPEED: dict[str, dict[Any, float]] = {
-    "attn_implementation": {"eager": 0.85, "sdpa": 0.97, "flash_attention_2": 1.0, "flex_attention": 0.97},
-    "precision": {"mixed": 1.0, "pure_bf16": 1.05},
-    "liger_kernel": {False: 1.0, True: 1.04},
-    "torch_compile": {False: 1.0, True: 1.05},
-}
-"""Prior multipliers of the compute efficiency (a few percent each; the trials correct them)."""
-OPTIMIZER_STATE_BYTES = {"adamw_bnb_8bit": 2.0, "adafactor": 0.1}
-"""Optimizer-state bytes per trainable parameter; AdamW (any other) holds two moments of the
-weights' own width."""
 GPU_MEMORY_GIB = {"H200": 141.0, "H100": 80.0, "GH200": 96.0, "L40S": 48.0, "L40": 48.0, "A10G": 24.0}
 """Memory of the GPUs whose names do not carry it (vendors' data sheets); ``...-40GB`` names do."""
 NVLINK_FORMS = ("SXM", "HBM3", "NVL", "H200", "GH200")
 """Name parts of the GPUs whose peers talk over NVLink (the rest: PCIe)."""
+
+
+_EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
+"""The knobs' prior multipliers of the compute efficiency (the registry's ``efficiency``)."""
+
+
+def _state_bytes(c: TrialConfig, default: float) -> float:
+    """Optimizer-state bytes per trainable parameter of ``c`` (the registry's ``state_bytes``)."""
+    for k in knobs():
+        if k.state_bytes:
+            return k.state_bytes.get(getattr(c, k.name, None), default)
+    return default
 
 
 def gpu_memory_gib(gpu_model: str | None) -> float | None:
@@ -199,7 +203,7 @@ class JobPhysics:
         a, n = self.arch, max(1, c.number_gpus)
         width = 2.0 if c.precision == "pure_bf16" else 4.0
         weights, grads = width * a.total, width * self.trainable
-        states = OPTIMIZER_STATE_BYTES.get(c.optim or "", 2 * width) * self.trainable
+        states = _state_bytes(c, 2 * width) * self.trainable
         fsdp = c.distributed_backend == "FSDP"
         if fsdp and c.fsdp_cpu_offload:
             weights, grads, states = 2 * width * a.layer_params, 0.0, 0.0
@@ -245,7 +249,7 @@ class JobPhysics:
             checkpointing=fraction,
         ).hardware_flops_per_token
         speed = MAX_MFU * computed / (computed + HALF_TOKENS)
-        for name, table in KERNEL_SPEED.items():
+        for name, table in _EFFICIENCY:
             speed *= table.get(getattr(c, name, None), 1.0)
         compute = flops * computed / (self.peak * speed)
         width = 2.0  # collectives move bf16 weights and gradients
@@ -259,7 +263,7 @@ class JobPhysics:
             offload = 2 * width * a.total / n / HOST_LINK_BYTES_S + self.trainable / n / CPU_ADAM_PARAMS_S
             optimizer = 0.0
         else:
-            state_width = OPTIMIZER_STATE_BYTES.get(c.optim or "", 8.0)
+            state_width = _state_bytes(c, 8.0)
             shards = n if c.distributed_backend == "FSDP" else 1
             optimizer = 2 * (state_width + 8.0) * self.trainable / shards / HBM_BYTES_S
         return max(data, 1.0), compute, comm, offload, optimizer
