@@ -32,7 +32,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from explorer.search._inference import fits_by_dominance, inferred_oom
-from explorer.search._throughput_prior import throughput_dominates
+from explorer.search._throughput_prior import speed_group, throughput_dominates
 from explorer.space import SearchSpace
 from explorer.trial_config import TrialConfig
 
@@ -118,18 +118,24 @@ def _undominated(modes: Iterable[TrialConfig], by: Sequence[TrialConfig]) -> lis
 
     The same as testing each mode against all of ``by``, but a mode is first tested against a
     few remembered dominators: each found dominator is climbed (its own dominator, and so on) to a
-    mode that dominates many, so that thousands of modes are not a quadratic scan."""
+    mode that dominates many, so that thousands of modes are not a quadratic scan; and only modes
+    of its own :func:`speed_group` can dominate it, so only those are scanned."""
+    modes = list(modes)
+    group = {o: speed_group(o) for o in {*by, *modes}}
+    groups: dict[tuple[object, ...], list[TrialConfig]] = {}
+    for o in by:
+        groups.setdefault(group[o], []).append(o)
     recent: list[TrialConfig] = []
     out = []
     for m in modes:
         if any(o != m and throughput_dominates(o, m) for o in recent):
             continue
-        hit = _dominator(m, by)
+        hit = _dominator(m, groups.get(group[m], []))
         if hit is None:
             out.append(m)
             continue
         for _ in range(_CLIMB):
-            up = _dominator(hit, by)
+            up = _dominator(hit, groups.get(group[hit], []))
             if up is None or up in recent:
                 break
             hit = up
@@ -138,8 +144,9 @@ def _undominated(modes: Iterable[TrialConfig], by: Sequence[TrialConfig]) -> lis
     return out
 
 
-def _dominator(m: TrialConfig, by: Sequence[TrialConfig]) -> TrialConfig | None:
-    return next((o for o in by if o != m and throughput_dominates(o, m)), None)
+def _dominator(m: TrialConfig, peers: Sequence[TrialConfig]) -> TrialConfig | None:
+    """The first of ``peers`` (``m``'s speed group) that dominates ``m``."""
+    return next((o for o in peers if o != m and throughput_dominates(o, m)), None)
 
 
 _RECENT = 16

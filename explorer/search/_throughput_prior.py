@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from explorer.knobs import Axis, knobs
 from explorer.trial_config import TrialConfig
 
-__all__ = ["Ceilings", "throughput_dominates"]
+__all__ = ["Ceilings", "speed_group", "throughput_dominates"]
 
 
-def _group(c: TrialConfig) -> tuple[object, ...]:
-    """What two configurations must share to be compared: every knob without a speed order."""
+def speed_group(c: TrialConfig) -> tuple[object, ...]:
+    """What two configurations must share to be compared: every knob without a speed order (one
+    dominates another only within its group)."""
     return tuple(k.compared(c) for k in knobs() if isinstance(k.speed, Axis) and k.speed.kind == "equal")
 
 
@@ -52,10 +53,10 @@ class Ceilings:
     def of(cls, feasible: Iterable[tuple[TrialConfig, float]]) -> Ceilings:
         ceilings = cls()
         for config, value in feasible:
-            ceilings._groups.setdefault(_group(config), []).append((config, value))
+            ceilings._groups.setdefault(speed_group(config), []).append((config, value))
         return ceilings
 
     def ceiling(self, c: TrialConfig) -> float | None:
         """The lowest value of a measured configuration that dominates ``c`` (``None``: none does)."""
-        values = [v for a, v in self._groups.get(_group(c), ()) if throughput_dominates(a, c)]
+        values = [v for a, v in self._groups.get(speed_group(c), ()) if throughput_dominates(a, c)]
         return min(values, default=None)
