@@ -32,7 +32,7 @@ import random
 from collections.abc import Iterable, Sequence
 
 from explorer.search._inference import fits_by_dominance, inferred_oom
-from explorer.search._throughput_prior import speed_group, throughput_dominates
+from explorer.search._throughput_prior import speed_group, speed_score, throughput_dominates
 from explorer.space import SearchSpace
 from explorer.trial_config import TrialConfig
 
@@ -119,34 +119,41 @@ def _undominated(modes: Iterable[TrialConfig], by: Sequence[TrialConfig]) -> lis
     The same as testing each mode against all of ``by``, but a mode is first tested against a
     few remembered dominators: each found dominator is climbed (its own dominator, and so on) to a
     mode that dominates many, so that thousands of modes are not a quadratic scan; and only modes
-    of its own :func:`speed_group` can dominate it, so only those are scanned."""
+    of its own :func:`speed_group` whose :func:`speed_score` is at least its own can dominate it,
+    so only those are scanned (which dominator is found changes nothing of the result)."""
     modes = list(modes)
-    group = {o: speed_group(o) for o in {*by, *modes}}
+    every = {*by, *modes}
+    group = {o: speed_group(o) for o in every}
+    score = {o: speed_score(o) for o in every}
     groups: dict[tuple[object, ...], list[TrialConfig]] = {}
-    for o in by:
+    for o in sorted(by, key=lambda o: -score[o]):
         groups.setdefault(group[o], []).append(o)
+
+    def dominator(m: TrialConfig) -> TrialConfig | None:
+        for o in groups.get(group[m], ()):
+            if score[o] < score[m] - 1e-9:
+                return None
+            if o != m and throughput_dominates(o, m):
+                return o
+        return None
+
     recent: list[TrialConfig] = []
     out = []
     for m in modes:
         if any(o != m and throughput_dominates(o, m) for o in recent):
             continue
-        hit = _dominator(m, groups.get(group[m], []))
+        hit = dominator(m)
         if hit is None:
             out.append(m)
             continue
         for _ in range(_CLIMB):
-            up = _dominator(hit, groups.get(group[hit], []))
+            up = dominator(hit)
             if up is None or up in recent:
                 break
             hit = up
         recent.insert(0, hit)
         del recent[_RECENT:]
     return out
-
-
-def _dominator(m: TrialConfig, peers: Sequence[TrialConfig]) -> TrialConfig | None:
-    """The first of ``peers`` (``m``'s speed group) that dominates ``m``."""
-    return next((o for o in peers if o != m and throughput_dominates(o, m)), None)
 
 
 _RECENT = 16
