@@ -8,7 +8,7 @@ around its calls and taken out. Issue 26's target: 50 ms an Optuna trial. Keep t
 otherwise idle.
 
     .venv/bin/python benchmarks/optuna_overhead.py [--n-trials 500] [--storage URL | --postgres] [--out JSON]
-        [--against CHECKOUT [--rounds 2]] [--study YAML --table CSV]
+        [--against CHECKOUT [--rounds 2]] [--study YAML --table CSV] [--search walk|default]
 
 ``--against`` measures another checkout's code (e.g. ``git worktree add /tmp/ref d256559``) beside
 this one: each round runs the reference, then this tree, each in a process of its own with that
@@ -88,13 +88,20 @@ def count_statements() -> collections.Counter:
     return counts
 
 
-def measure(n_trials: int, storage: str | None, study: Path, table: Path) -> dict:
-    """One run of the loop, in this process, on the ``explorer`` this process imports."""
+def measure(n_trials: int, storage: str | None, study: Path, table: Path, search: str = "walk") -> dict:
+    """One run of the loop, in this process, on the ``explorer`` this process imports.
+
+    ``search``: ``walk`` (the frontier walk and neighbours, the default before issue 23 and the
+    reference commits' only search: the loop's own cost for the same search work) or
+    ``default`` (this tree's default, the joint models since issue 23)."""
     import explorer
     from explorer.launch import launcher_for
+    from explorer.search import _neighbours
     from explorer.study import open_study, optimize
     from explorer.study_file import load_study
 
+    if hasattr(_neighbours, "SURROGATE"):  # a tree from before issue 23 has only the walk
+        _neighbours.SURROGATE = search == "default"
     counts = count_statements()
     loaded = load_study(study, replay_table=table)
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,6 +121,7 @@ def measure(n_trials: int, storage: str | None, study: Path, table: Path) -> dic
         raw = {
             "code": str(Path(explorer.__file__).resolve().parents[1]),
             "study": study.name,
+            "search": search,
             "storage": "sqlite" if url.startswith("sqlite") else url.split(":", 1)[0],
             "n_trials": n_trials,
             "counted": result.counted,
@@ -201,7 +209,7 @@ def paired(args: argparse.Namespace, storage: Callable[[], str | None]) -> dict:
                 if url := storage():
                     env[STORAGE_ENV] = url
                 cmd = [sys.executable, __file__, "--n-trials", str(args.n_trials), "--out", str(out)]
-                cmd += ["--study", str(args.study), "--table", str(args.table)]
+                cmd += ["--study", str(args.study), "--table", str(args.table), "--search", args.search]
                 subprocess.run(cmd, env=env, check=True)
                 raw = json.loads(out.read_text())
             raw.update(round=round_, tree=name, commit=_commit_of(tree))
@@ -232,6 +240,12 @@ def main() -> int:
     )
     parser.add_argument("--study", type=Path, default=STUDY)
     parser.add_argument("--table", type=Path, default=TABLE)
+    parser.add_argument(
+        "--search",
+        choices=["walk", "default"],
+        default="walk",
+        help="walk: the search the reference commits run (the same work); default: this tree's",
+    )
     args = parser.parse_args()
     args.study, args.table = args.study.resolve(), args.table.resolve()
     server = None
@@ -253,7 +267,7 @@ def main() -> int:
         if args.against is not None:
             raw = paired(args, storage)
         else:
-            raw = measure(args.n_trials, storage(), args.study, args.table)
+            raw = measure(args.n_trials, storage(), args.study, args.table, args.search)
             print(line(raw))
     finally:
         if server is not None:

@@ -41,7 +41,9 @@ for n in (20, 50, 100):
     times = []
     for _ in range(5):
         s = time.process_time()
-        ls.modelled_next(feasible=feas, answered=answered, ooms=ooms, peaks=peaks, fitted=[c for c, _ in feas])
+        ls.modelled_next(
+            feasible=feas, answered=answered, ooms=ooms, peaks=peaks, fitted=[c for c, _ in feas]
+        )
         times.append(time.process_time() - s)
     print(
         f"{n} trials answered ({len(feas)} feasible, {len(ooms)} OOM): propose {min(times) * 1000:.0f} ms (min of 5), median {sorted(times)[2] * 1000:.0f} ms"
