@@ -36,6 +36,19 @@ def test_figures_of_hand_made_runs():
     assert s["inferred_per_run"] == pytest.approx(1 / 3)
 
 
+SMALL_SPACE = {
+    "search_space": {
+        "parameters": {
+            "batch_size": {"values": [4, 8, 16, 32, 64, 128]},
+            "number_gpus": {"values": [1, 2]},
+            "distributed_backend": {"choices": ["DDP"]},
+            "gradient_checkpointing": {"choices": [False, True]},
+        }
+    }
+}
+"""The space of :func:`_table`'s rows."""
+
+
 def _table(path: Path) -> tuple[Path, float]:
     rows, best = [], 0.0
     for bs in (4, 8, 16, 32, 64, 128):
@@ -64,18 +77,7 @@ def _table(path: Path) -> tuple[Path, float]:
 
 def test_the_command_replays_each_variant(write_study, tmp_path):
     table, best = _table(tmp_path / "t.csv")
-    study = write_study(
-        {
-            "search_space": {
-                "parameters": {
-                    "batch_size": {"values": [4, 8, 16, 32, 64, 128]},
-                    "number_gpus": {"values": [1, 2]},
-                    "distributed_backend": {"choices": ["DDP"]},
-                    "gradient_checkpointing": {"choices": [False, True]},
-                }
-            }
-        }
-    )
+    study = write_study(SMALL_SPACE)
     out = tmp_path / "out.json"
     done = _search(study, "--table", str(table), "--repeats", "2", "--n-trials", "8", "--json", str(out))
     assert done.returncode == 0, done.stderr
@@ -107,18 +109,7 @@ def test_merge_pools_other_seeds_and_joins_other_variants(write_study, tmp_path)
     from explorer.study_file import load_study
 
     table, best = _table(tmp_path / "t.csv")
-    study = write_study(
-        {
-            "search_space": {
-                "parameters": {
-                    "batch_size": {"values": [4, 8, 16, 32, 64, 128]},
-                    "number_gpus": {"values": [1, 2]},
-                    "distributed_backend": {"choices": ["DDP"]},
-                    "gradient_checkpointing": {"choices": [False, True]},
-                }
-            }
-        }
-    )
+    study = write_study(SMALL_SPACE)
     loaded = load_study(study, replay_table=table)
     kw = {"repeats": 2, "n_trials": 6, "sequences": True}
     first = json.loads(to_json(benchmark_search(loaded, variants=("default", "random"), **kw)))
