@@ -2,7 +2,7 @@
 # Packs what a lent GPU machine lacks into two carries of the device tool, each well under the
 # 64 MiB that one call may send (the tracked working tree, about 13 MB, travels too):
 #
-#   .gpu/site/site.tar.xz       Ray, Optuna and what they need (the machine has torch, transformers,
+#   .gpu/site/site.tar.xz       Ray, Optuna, threadpoolctl and what they need (the machine has torch, transformers,
 #                               accelerate, peft, nvidia-ml-py, triton, rich, psutil); Ray's Java
 #                               jars and dashboard source maps dropped
 #   .gpu/kernels/kernels.tar.xz liger-kernel and bitsandbytes (its CUDA 13 and CPU libraries only:
@@ -16,7 +16,7 @@ top=$(git rev-parse --show-toplevel)
 cd "$top"
 # .gpu/ is in .gitignore: the carries travel by `carry`, never committed
 # the versions this project's own environment runs (.venv), so that the machine runs the same
-SITE_PACKAGES="ray==2.60.0 optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1"
+SITE_PACKAGES="ray==2.60.0 optuna==5.0.0 sqlalchemy==2.1.9 alembic==1.20.1 colorlog==6.12.0 mako==1.4.3 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1 threadpoolctl==3.8.0"
 KERNEL_PACKAGES="liger-kernel==0.8.5 bitsandbytes==0.50.2"
 LIMIT=$((64 * 1024 * 1024))
 platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
