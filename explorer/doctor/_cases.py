@@ -129,7 +129,7 @@ def _valid(
     if too_big is not None:
         return None, too_big
     reason = invalid_reason(config, resources)
-    if reason is None:
+    if reason is None and _runs_here(config, node):
         return config, None
     for name, domain in space.domains.items():
         for other in domain.values if name not in want else ():
@@ -137,9 +137,15 @@ def _valid(
                 changed = _realize(space, base, {**want, name: other})
                 if changed is None or _too_big(changed, node) is not None:
                     continue
-                if invalid_reason(changed, resources) is None:
+                if invalid_reason(changed, resources) is None and _runs_here(changed, node):
                     return changed, None
     return None, f"every configuration near it is invalid: {reason}"
+
+
+def _runs_here(config: TrialConfig, node: Node) -> bool:
+    """Whether this node can take every value of ``config`` (a neighbour chosen to make a value
+    valid, one-GPU FSDP with offload say, may hold one it cannot)."""
+    return all(unmet_here(k, getattr(config, k.name), node) is None for k in knobs())
 
 
 def _too_big(config: TrialConfig, node: Node) -> str | None:
