@@ -122,6 +122,11 @@ def settle_remote(
             printer(f"        trial {flight.trial.number} {status}: reused trial {(origin or now).number}")
         elif now.state.is_finished() and status == "failed":
             fail_as(study, flight, now.number)
+        elif (other := running_elsewhere(study, known, flight.config.key())) is not None:
+            # its retry (or another twin) runs in another driver now, started while this one
+            # still waited: wait for that one instead of measuring the configuration twice
+            set_user_attrs(flight.trial, {WAITS_FOR: other.number})
+            remote.append((flight, other))
         else:
             set_user_attrs(flight.trial, {WAITS_FOR: None})
             rerun(flight)
