@@ -429,3 +429,15 @@ def test_knobs_table_parses_covers_its_study_and_recomputes(monkeypatch):
         assert row.values["peak_memory_gib"] == pytest.approx(fresh["peak_memory_gib"], rel=REL)
         tput = row.values["dataset_tokens_per_second_per_gpu"]
         assert tput == pytest.approx(fresh["dataset_tokens_per_second_per_gpu"], rel=REL)
+
+
+def test_the_default_search_overhead_on_a_knob_table_recomputes():
+    """Issue 23's orchestration figures in docs/benchmarks.md (the default search on the
+    15,552-configuration compile table, 40 and 100 trials) come from the raw runs."""
+    text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    for n in (40, 100):
+        raw = json.loads((RESULTS / f"optuna_overhead_knobs23.n{n}.json").read_text())
+        assert raw["search"] == "default" and raw["counted"] == raw["n_trials"] == n
+        ms = _own_ms(raw, "counted")
+        assert raw["ms_per_counted_trial"] == pytest.approx(ms)
+        assert f"{ms:.1f} ms" in text
