@@ -163,7 +163,6 @@ class Encoding:
 
         names = [n for n, d in space.domains.items() if not isinstance(d, Fixed)]
         columns: dict[tuple[str, Any], int] = {}
-        rows = np.zeros((len(configs), 0), dtype=np.float32)
         cells: list[list[int]] = []
         speed = np.zeros(len(configs))
         memory = np.zeros(len(configs))
@@ -172,6 +171,8 @@ class Encoding:
             for name in names:
                 value = getattr(c, name)
                 row.append(columns.setdefault((name, value), len(columns)))
+                if physics is not None:  # the physics' priors replace the orders' below
+                    continue
                 k, values = knob(name), space.domains[name].values
                 speed[i] += SPEED_PRIOR * (_level(k.speed, value, values) - 0.5)
                 if name != "batch_size":  # the batch enters through the tokens below
