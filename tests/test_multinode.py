@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from explorer.launch._command import free_port
-from explorer.launch._placement import Share, combine_nodes, fits_on_nodes
+from explorer.launch._placement import LOST, Share, combine_nodes, fits_on_nodes
 from explorer.measurement import Measurement, Outcome
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,6 +71,10 @@ def test_combine_nodes_follows_the_one_node_rules():
     first = _part(Outcome.FAILED, "rank 0: first", 0)
     m = combine_nodes({0: first, 1: crash}, arrival=[1, 0], **args)
     assert m.outcome is Outcome.FAILED and m.error == "node 1: rank 1: gloo: connection closed"
+    # a node whose actor died is the cause, even when its peer's error came back first
+    lost = Measurement(outcome=Outcome.FAILED, error="Ray: The actor died unexpectedly", extra={LOST: True})
+    m = combine_nodes({0: first, 1: lost}, arrival=[0, 1], **args)
+    assert m.outcome is Outcome.FAILED and m.error == "node 1: Ray: The actor died unexpectedly"
     m = combine_nodes({0: _part(Outcome.OK)}, arrival=[0], **args)  # node 1 never answered
     assert m.outcome is Outcome.FAILED and m.error == "node 1: killed"
     m = combine_nodes({0: _part(Outcome.OK), 1: _part(Outcome.OK, rank=1)}, arrival=[1, 0], **args)

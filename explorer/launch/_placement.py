@@ -35,6 +35,7 @@ from explorer.measurement import Measurement, Outcome
 
 __all__ = [
     "ACCELERATOR_PREFIX",
+    "LOST",
     "PEER_GRACE_S",
     "ModelPlacement",
     "accelerator_type",
@@ -47,6 +48,8 @@ __all__ = [
     "rank_nodes",
 ]
 
+LOST = "actor_lost"
+"""Key in a node's ``Measurement.extra``: its actor (or its node) died before it answered."""
 PEER_GRACE_S = 10.0
 """After one node of a trial fails, the others get this long to report their own errors."""
 SCHEDULE_GRACE_S = 120.0
@@ -196,12 +199,15 @@ def combine_nodes(
         missing_error: the error for a node that never answered (it was killed).
 
     Returns:
-        OOM if any node ran out of memory; else FAILED with the first failure to come back (or
+        OOM if any node ran out of memory; else FAILED with a node whose actor died (``extra[LOST]``,
+        its peers then fail for want of it) or else the first failure to come back (or
         ``missing_error``); else node 0's measurement. ``extra`` holds every rank's record
         (``ranks``), one record per node (``nodes``), and the ids of the Ray nodes by rank
         (``rank_nodes``, a string, for exports).
     """
     order = [r for r in arrival if r in parts] + [r for r in sorted(parts) if r not in arrival]
+    # a node whose actor died is the cause; its peers' errors ("gloo: connection closed") follow
+    order.sort(key=lambda r: not parts[r].extra.get(LOST, False))
     oom = [r for r in order if parts[r].outcome is Outcome.OOM]
     failed = [r for r in order if parts[r].outcome is Outcome.FAILED]
     missing = [r for r in range(number_nodes) if r not in parts]
@@ -360,7 +366,7 @@ class MultiNodeTrial:
             part: Measurement = ray.get(ref)
         except RayError as exc:  # the actor, its node, or node 0's rendezvous died
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            part = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}")
+            part = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}", extra={LOST: True})
         self.parts[rank] = part
         self.arrival.append(rank)
         if part.outcome is not Outcome.OK and self.grace_until is None:
