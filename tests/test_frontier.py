@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 from pathlib import Path
 
 import pytest
 
-from explorer.search._frontier import frontier_probe, frontier_stopped, mode_of
+from explorer.knobs import Rule, knob
+from explorer.knobs._registry import KNOBS
+from explorer.search._frontier import _undominated, frontier_probe, frontier_stopped, mode_of
 from explorer.search._neighbours import LocalSearch
+from explorer.search._throughput_prior import throughput_dominates
 from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 
@@ -163,3 +167,35 @@ def test_a_configuration_that_failed_for_good_is_not_proposed_again(cpu, tmp_pat
     runs = [t for t in trials if config_of(t).key() == key]
     assert [t.user_attrs["status"] for t in runs] == ["retry", "failed"]
     assert sum(t.user_attrs["status"] in ("ok", "oom") for t in trials) >= 2
+
+
+@pytest.fixture(scope="module")
+def knob_modes():
+    """The modes of a 15,552-configuration table over every knob (issue 23's compile table)."""
+    loaded = load_study(
+        ROOT / "benchmarks/search_studies/knobs/granite-2b-a100-80x4-compile.yaml", check_model=False
+    )
+    local = LocalSearch(space=loaded.space, resources=loaded.spec.resources, workload=loaded.spec.workload)
+    return list(dict.fromkeys(mode_of(c) for c in local.valid()))
+
+
+def _brute_undominated(modes, by):
+    return [m for m in modes if not any(o != m and throughput_dominates(o, m) for o in by)]
+
+
+@pytest.mark.parametrize("tabulated", [True, False], ids=["rules-tabulated", "a-plain-comparison"])
+def test_undominated_is_the_pairwise_definition(knob_modes, tabulated, monkeypatch):
+    """The bit-table shortcut gives what testing every pair gives; also where a knob's speed
+    order is a plain function (compared pair by pair in Python)."""
+    if not tabulated:
+        backend = knob("distributed_backend")
+        assert isinstance(backend.speed, Rule)
+        monkeypatch.setitem(KNOBS, backend.name, dataclasses.replace(backend, speed=backend.speed.compare))
+    rng = random.Random(23)
+    for _ in range(3):
+        by = rng.sample(knob_modes, 300)
+        modes = rng.sample(knob_modes, 100) + by[:50]  # some modes are in ``by`` too
+        expected = _brute_undominated(modes, by)
+        assert _undominated(modes, by) == expected
+        assert 0 < len(expected) < len(modes)  # the test can tell a wrong answer either way
+    assert _undominated([], knob_modes[:5]) == [] and _undominated(knob_modes[:5], []) == knob_modes[:5]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from explorer.errors import SpecError
-from explorer.knobs import Axis, Knob, knob, knobs, positive, register
+from explorer.knobs import Axis, Knob, Rule, knob, knobs, positive, register
 from explorer.launch import ReplayTable
 from explorer.measure import config_from_cli
 from explorer.search import inferred_oom, memory_dominates, throughput_dominates
@@ -246,3 +246,30 @@ def test_under_compile_flash_attention_and_liger_have_no_speed_order():
         assert knob("liger_kernel").speed_at_least(liger, plain) is not compiled
         assert not knob("attn_implementation").speed_at_least(sdpa, flash)
         assert not knob("liger_kernel").speed_at_least(plain, liger)
+
+
+def test_a_rule_reads_no_field_but_the_ones_it_names():
+    """A :class:`Rule` (a memory or speed order that depends on other knobs) is tabulated over
+    the fields it names (the frontier walk's dominance): with every other field of both
+    configurations replaced by another configuration's, its answer stays the same."""
+    import random
+
+    from explorer.search._neighbours import LocalSearch
+
+    loaded = load_study(
+        Path(__file__).resolve().parents[1] / "benchmarks/search_studies/knobs/granite-2b-a100-80x4-compile.yaml",
+        check_model=False,
+    )
+    valid = LocalSearch(space=loaded.space, resources=loaded.spec.resources).valid()
+    rng = random.Random(0)
+    rules = [(k.name, order) for k in knobs() for order in (k.memory, k.speed) if isinstance(order, Rule)]
+    assert len(rules) >= 8
+    for name, rule in rules:
+        answers = set()
+        for _ in range(400):
+            a, b, other_a, other_b = rng.sample(valid, 4)
+            moved_a = other_a.replace(**dict(zip(rule.reads, rule.view(a), strict=True)))
+            moved_b = other_b.replace(**dict(zip(rule.reads, rule.view(b), strict=True)))
+            assert rule(moved_a, moved_b) == rule(a, b), (name, rule.reads, a, b)
+            answers.add(rule(a, b))
+        assert answers == {True, False}, name  # the pairs reach both answers

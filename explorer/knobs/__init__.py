@@ -1,7 +1,18 @@
 """The knobs a study tunes, each declared once (:mod:`explorer.knobs._registry`), and what a knob
 is (:class:`Knob`). Everything that lists parameters derives from here."""
 
-from explorer.knobs._knob import Axis, Condition, Knob, Needs, Value, any_value, fraction, one_of, positive
+from explorer.knobs._knob import (
+    Axis,
+    Condition,
+    Knob,
+    Needs,
+    Rule,
+    Value,
+    any_value,
+    fraction,
+    one_of,
+    positive,
+)
 from explorer.knobs._registry import (
     BACKENDS,
     FSDP_SHARDING_STRATEGIES,
@@ -23,6 +34,7 @@ __all__ = [
     "FSDP_VERSIONS",
     "Knob",
     "Needs",
+    "Rule",
     "SHARDING",
     "Value",
     "any_value",

@@ -19,6 +19,7 @@ __all__ = [
     "fraction",
     "one_of",
     "positive",
+    "Rule",
 ]
 
 Value = int | float | str | bool
@@ -30,6 +31,24 @@ knobs, so this package sits below it and never imports it (not even for type che
 Compare = Callable[[Config, Config], bool]
 """``compare(a, b)``: whether ``a`` is at least ``b`` along one knob (at least as hungry for
 memory, or at least as fast), everything else aside."""
+
+
+class Rule:
+    """A :data:`Compare` that reads only the configuration fields :attr:`reads`, so that a search
+    comparing thousands of configurations can compare each combination of those fields' values
+    once (:func:`explorer.search._frontier._undominated`) instead of calling it for every pair."""
+
+    def __init__(self, compare: Compare, *, reads: tuple[str, ...]) -> None:
+        self.compare = compare
+        self.reads = reads
+        """The fields ``compare`` reads (``tests/test_knobs.py`` checks that no other matters)."""
+
+    def __call__(self, a: Config, b: Config) -> bool:
+        return self.compare(a, b)
+
+    def view(self, c: Config) -> tuple[Any, ...]:
+        """What the rule sees of ``c``."""
+        return tuple(getattr(c, f) for f in self.reads)
 
 
 def positive(v: Value) -> str | None:

@@ -13,11 +13,11 @@ sampler's draws stay those of earlier versions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
-from explorer.knobs._knob import Axis, Condition, Config, Knob, Needs, fraction, one_of, positive
+from explorer.knobs._knob import Axis, Condition, Config, Knob, Needs, Rule, fraction, one_of, positive
 
 __all__ = [
     "ATTENTION",
@@ -157,7 +157,7 @@ def _strategy(c: Config) -> str:
     return str(c.fsdp_sharding_strategy or "FULL_SHARD")
 
 
-def _gpus_memory(a: Config, b: Config) -> bool:
+def _gpus_memory_order(a: Config, b: Config) -> bool:
     """Fewer GPUs need more memory only where parameters, gradients or optimizer state are
     sharded over them; DDP and one process replicate the model; HYBRID_SHARD: the same count."""
     if a.distributed_backend != "FSDP":
@@ -167,17 +167,42 @@ def _gpus_memory(a: Config, b: Config) -> bool:
     return _strategy(a) == "NO_SHARD" or a.number_gpus <= b.number_gpus
 
 
-def _sharding_memory(a: Config, b: Config) -> bool:
+_SHARDED = ("distributed_backend", "fsdp_sharding_strategy")
+_gpus_memory = Rule(_gpus_memory_order, reads=("number_gpus", *_SHARDED))
+
+
+def _sharding_memory_order(a: Config, b: Config) -> bool:
     return a.distributed_backend != "FSDP" or SHARDING.at_least(_strategy(a), _strategy(b))
 
 
-class _Depends:
+_sharding_memory = Rule(_sharding_memory_order, reads=_SHARDED)
+
+
+class _Context:
+    """A test of a configuration's context (for :class:`_Depends`) and the fields it reads."""
+
+    def __init__(self, test: Callable[[Config], bool], reads: tuple[str, ...]) -> None:
+        self.test, self.reads = test, reads
+        self.__doc__ = test.__doc__
+
+    def __call__(self, c: Config) -> bool:
+        return self.test(c)
+
+
+def _reading(*fields: str) -> Callable[[Callable[[Config], bool]], _Context]:
+    return lambda test: _Context(test, fields)
+
+
+class _Depends(Rule):
     """An order that depends on other knobs: :meth:`axis_for` picks the :class:`Axis` a
     configuration's context calls for; two configurations compare along the axis of the first
     context (in ``axes`` order) that either of them is in, so a pair across contexts is compared
     only where both contexts' orders agree to (a value outside an axis equals only itself)."""
 
-    def __init__(self, name: str, *axes: tuple[Any, Axis]) -> None:
+    def __init__(self, name: str, *axes: tuple[_Context, Axis]) -> None:
+        super().__init__(
+            self._compare, reads=tuple(dict.fromkeys([name, *(f for t, _ in axes for f in t.reads)]))
+        )
         self.name = name
         self.axes = axes
         """(context test, axis) pairs; the last test should hold always."""
@@ -185,15 +210,17 @@ class _Depends:
     def axis_for(self, c: Config) -> Axis:
         return next(axis for test, axis in self.axes if test(c))
 
-    def __call__(self, a: Config, b: Config) -> bool:
+    def _compare(self, a: Config, b: Config) -> bool:
         axis = next(axis for test, axis in self.axes if test(a) or test(b))
         return axis.at_least(getattr(a, self.name), getattr(b, self.name))
 
 
+@_reading()
 def _always(c: Config) -> bool:
     return True
 
 
+@_reading("attn_implementation")
 def _dense(c: Config) -> bool:
     """sdpa and eager attend over the whole padded or packed row (transformers' 4-D mask);
     flash_attention_2 (varlen, from the position ids) and flex_attention (a block-sparse mask)
@@ -201,24 +228,31 @@ def _dense(c: Config) -> bool:
     return c.attn_implementation in ("sdpa", "eager")
 
 
+@_reading("torch_compile")
 def _compiled(c: Config) -> bool:
     return bool(c.torch_compile)
 
 
+@_reading("distributed_backend", "fsdp_version")
 def _fsdp1(c: Config) -> bool:
     return c.distributed_backend == "FSDP" and c.fsdp_version == 1
 
 
-def _single_or_equal(name: str) -> Any:
+def _single_or_equal(name: str) -> Rule:
     """Speed: one GPU (one process, or FSDP on one) beats any backend; otherwise only the same
     value compares."""
-    return lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name)
+    return Rule(
+        lambda a, b: a.number_gpus == 1 or getattr(a, name) == getattr(b, name), reads=("number_gpus", name)
+    )
 
 
-def _sharding_speed(a: Config, b: Config) -> bool:
+def _sharding_speed_order(a: Config, b: Config) -> bool:
     if a.number_gpus == 1 or a.distributed_backend != "FSDP":
         return True
     return SHARDING.at_least(_strategy(a), _strategy(b))
+
+
+_sharding_speed = Rule(_sharding_speed_order, reads=("number_gpus", *_SHARDED))
 
 
 def _gpu_model_name(v: Any) -> str | None:

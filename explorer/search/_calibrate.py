@@ -69,18 +69,18 @@ def fit_memory_scales(
 
     if not peaks and not ooms:
         return np.ones(parts.memory.shape[1])
-    rows = np.array([r for r, _ in peaks], dtype=int)
+    measured = parts.memory[np.array([r for r, _ in peaks], dtype=int)]  # the rows, taken once
     logs = np.log(np.array([p for _, p in peaks], dtype=float))
-    over = np.array(ooms, dtype=int)
+    over = parts.memory[np.array(ooms, dtype=int)]
     log_limit = math.log(limit_gib) if limit_gib else None
 
     def loss(u: np.ndarray) -> float:
         s = np.exp(u)
         total = float((u**2).sum()) / MEMORY_PRIOR_SD**2
-        if len(rows):
-            total += float(((np.log(parts.memory_gib(s, rows)) - logs) ** 2).sum()) / OBSERVATION_SD**2
+        if len(measured):
+            total += float(((np.log(measured @ s) - logs) ** 2).sum()) / OBSERVATION_SD**2
         if len(over) and log_limit is not None:
-            short = np.maximum(0.0, log_limit - np.log(parts.memory_gib(s, over)))
+            short = np.maximum(0.0, log_limit - np.log(over @ s))
             total += float((short**2).sum()) / OBSERVATION_SD**2
         return total
 
@@ -95,9 +95,10 @@ def fit_time_scales(parts: PhysicsParts, measured: list[tuple[int, float]]) -> n
         return np.ones(parts.time.shape[1])
     rows = np.array([r for r, _ in measured], dtype=int)
     logs = np.log(np.array([v for _, v in measured], dtype=float))
+    taken = PhysicsParts(memory=parts.memory[rows], data=parts.data[rows], time=parts.time[rows])  # once
 
     def loss(u: np.ndarray) -> float:
-        resid = parts.log_throughput(np.exp(u), rows) - logs
+        resid = taken.log_throughput(np.exp(u)) - logs
         return float((u**2).sum()) / TIME_PRIOR_SD**2 + float((resid**2).sum()) / OBSERVATION_SD**2
 
     return _fit(loss, parts.time.shape[1])

@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+import numpy as np
+
+from explorer.knobs import Axis, Rule, knobs
 from explorer.search._inference import fits_by_dominance, inferred_oom
-from explorer.search._throughput_prior import speed_group, speed_score, throughput_dominates
 from explorer.space import SearchSpace
 from explorer.trial_config import TrialConfig
 
-__all__ = ["frontier_probe", "frontier_stopped", "mode_of"]
+__all__ = ["Modes", "SpeedViews", "frontier_probe", "frontier_stopped", "mode_of"]
 
 
 def mode_of(c: TrialConfig) -> TrialConfig:
@@ -66,6 +69,7 @@ def frontier_probe(
     last: TrialConfig | None,
     seen: set[tuple[str, object]],
     seed: str,
+    modes: Modes | None = None,
 ) -> TrialConfig | None:
     """The next probe of the walk; ``None`` when no open mode is left to search.
 
@@ -78,11 +82,11 @@ def frontier_probe(
         last: the previous probe, whose mode the walk stays in while it has batches to try.
         seen: Optuna parameter values of earlier trials (for the tie-break).
         seed: seeds the tie-break.
+        modes: ``Modes(valid)``, kept by the caller between probes (built here when ``None``).
     """
     fit_proofs = [(0, c) for c in fitted]
-    every: dict[TrialConfig, list[TrialConfig]] = {}
-    for c in valid:
-        every.setdefault(mode_of(c), []).append(c)
+    modes = Modes(valid) if modes is None else modes
+    every = modes.every
     to_try: dict[TrialConfig, list[TrialConfig]] = {}
     alive = []  # modes with a batch not known to run out of memory
     for mode, configs in every.items():
@@ -99,9 +103,9 @@ def frontier_probe(
     if last is not None and mode_of(last) in to_try:
         mode = mode_of(last)
     else:
-        top = _undominated(to_try, alive)
+        top = _undominated(to_try, alive, modes.views)
         if not top:  # the modes that dominate the rest are searched out: the next ones down
-            top = _undominated(to_try, list(to_try))
+            top = _undominated(to_try, list(to_try), modes.views)
         random.Random(seed).shuffle(top)
 
         def unseen(m: TrialConfig) -> float:
@@ -113,50 +117,95 @@ def frontier_probe(
     return batches[len(batches) // 2]
 
 
-def _undominated(modes: Iterable[TrialConfig], by: Sequence[TrialConfig]) -> list[TrialConfig]:
+class Modes:
+    """Valid configurations grouped by mode, and the modes' speed views (:class:`SpeedViews`),
+    built once a study."""
+
+    def __init__(self, valid: Iterable[TrialConfig]) -> None:
+        self.every: dict[TrialConfig, list[TrialConfig]] = {}
+        """Mode -> its configurations, in the order given."""
+        for c in valid:
+            self.every.setdefault(mode_of(c), []).append(c)
+        self.views = SpeedViews.of(list(self.every))
+
+
+@dataclass(frozen=True)
+class SpeedViews:
+    """What dominance compares of each configuration, coded: along each knob whose speed order is
+    an :class:`~explorer.knobs.Axis` (the value it compares) or a :class:`~explorer.knobs.Rule`
+    (the fields it reads), the few distinct views are compared with each other once."""
+
+    index: dict[TrialConfig, int]
+    codes: np.ndarray
+    """One row a tabulated knob, one column a configuration: its view's number."""
+    tables: tuple[np.ndarray, ...]
+    """For each tabulated knob, ``at_least[x, y]``: view ``x`` is at least as fast as view ``y``."""
+
+    @classmethod
+    def of(cls, configs: Sequence[TrialConfig]) -> SpeedViews:
+        configs = list(dict.fromkeys(configs))
+        codes, tables = [], []
+        for k in knobs():
+            order = k.speed
+            if isinstance(order, Axis):
+                views = [(type(v).__name__, v) for v in map(k.compared, configs)]  # True is not 1
+            elif isinstance(order, Rule):
+                views = [order.view(c) for c in configs]
+            else:
+                continue
+            seen: dict[object, int] = {}
+            coded = [seen.setdefault(v, len(seen)) for v in views]
+            example = {code: c for code, c in zip(coded, configs, strict=True)}
+            n = len(seen)
+            tables.append(
+                np.array(
+                    [[k.speed_at_least(example[x], example[y]) for y in range(n)] for x in range(n)],
+                    dtype=bool,
+                )
+            )
+            codes.append(coded)
+        return cls(
+            index={c: i for i, c in enumerate(configs)},
+            codes=np.array(codes, dtype=np.intp).reshape(len(codes), len(configs)),
+            tables=tuple(tables),
+        )
+
+    def bits(self, modes: Sequence[TrialConfig], by: Sequence[TrialConfig]) -> np.ndarray:
+        """Bits (``np.packbits``: a row for each of ``modes``, a bit for each of ``by``): whether
+        that configuration of ``by`` is at least as fast as the row's along every tabulated knob
+        (the AND, over the knobs, of the ``by`` configurations whose view is at least the row's)."""
+        at_by = np.array([self.index[c] for c in by], dtype=np.intp)
+        at_modes = np.array([self.index[c] for c in modes], dtype=np.intp)
+        rows = np.full((len(modes), (len(by) + 7) // 8), 255, dtype=np.uint8)
+        for codes, at_least in zip(self.codes, self.tables, strict=True):
+            bits = np.packbits(at_least[codes[at_by]].T, axis=1)  # view y -> the by configurations at least y
+            rows &= bits[codes[at_modes]]
+        return rows
+
+
+def _undominated(
+    modes: Iterable[TrialConfig], by: Sequence[TrialConfig], views: SpeedViews | None = None
+) -> list[TrialConfig]:
     """The ``modes`` (in order) that no other mode of ``by`` dominates under the throughput prior.
 
-    The same as testing each mode against all of ``by``, but a mode is first tested against a
-    few remembered dominators: each found dominator is climbed (its own dominator, and so on) to a
-    mode that dominates many, so that thousands of modes are not a quadratic scan; and only modes
-    of its own :func:`speed_group` whose :func:`speed_score` is at least its own can dominate it,
-    so only those are scanned (which dominator is found changes nothing of the result)."""
-    modes = list(modes)
-    every = {*by, *modes}
-    group = {o: speed_group(o) for o in every}
-    score = {o: speed_score(o) for o in every}
-    groups: dict[tuple[object, ...], list[TrialConfig]] = {}
-    for o in sorted(by, key=lambda o: -score[o]):
-        groups.setdefault(group[o], []).append(o)
-
-    def dominator(m: TrialConfig) -> TrialConfig | None:
-        for o in groups.get(group[m], ()):
-            if score[o] < score[m] - 1e-9:
-                return None
-            if o != m and throughput_dominates(o, m):
-                return o
-        return None
-
-    recent: list[TrialConfig] = []
+    The same as testing each mode against all of ``by`` with
+    :func:`~explorer.search._throughput_prior.throughput_dominates`, but the tabulated knobs
+    (:class:`SpeedViews`; ``views`` must hold every mode of both) are tested for every pair at
+    once, and only the pairs that pass them are tested on any other knob's comparison, in Python,
+    until one passes."""
+    modes, by = list(modes), list(by)
+    candidates = (views or SpeedViews.of([*by, *modes])).bits(modes, by)
+    position = {o: j for j, o in enumerate(by)}
+    for i, m in enumerate(modes):  # a mode does not dominate itself
+        if (j := position.get(m)) is not None:
+            candidates[i, j // 8] &= ~np.uint8(128 >> (j % 8))
+    others = [k for k in knobs() if not isinstance(k.speed, (Axis, Rule))]
+    if not others:
+        dominated = candidates.any(axis=1).tolist()
+        return [m for m, d in zip(modes, dominated, strict=True) if not d]
     out = []
-    for m in modes:
-        if any(o != m and throughput_dominates(o, m) for o in recent):
-            continue
-        hit = dominator(m)
-        if hit is None:
+    for i, m in enumerate(modes):
+        js = np.flatnonzero(np.unpackbits(candidates[i], count=len(by))).tolist()
+        if not any(all(k.speed_at_least(by[j], m) for k in others) for j in js):
             out.append(m)
-            continue
-        for _ in range(_CLIMB):
-            up = dominator(hit)
-            if up is None or up in recent:
-                break
-            hit = up
-        recent.insert(0, hit)
-        del recent[_RECENT:]
     return out
-
-
-_RECENT = 16
-"""Dominating modes remembered by :func:`_undominated`."""
-_CLIMB = 8
-"""Most steps up from a found dominator (two distinct modes may dominate each other)."""

@@ -43,11 +43,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from explorer.knobs import Axis, Knob, knobs
-from explorer.search._frontier import frontier_probe
+from explorer.search._frontier import Modes, frontier_probe
 from explorer.search._inference import inferred_oom
 from explorer.search._memory_model import MemoryModels
 from explorer.search._physics import JobPhysics
 from explorer.search._surrogate import LOCAL_DISTANCE, Encoding, Surrogate
+from explorer.search._threads import one_blas_thread
 from explorer.search._throughput_prior import Ceilings
 from explorer.space import SearchSpace
 from explorer.space._domain import Fixed, Ordered, Value
@@ -88,6 +89,7 @@ class LocalSearch:
     ``None`` or a model without a known architecture: the registry's orders are the priors."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
+    _modes: Modes | None = field(default=None, repr=False)
     _encoding: Encoding | None = field(default=None, repr=False)
     _keys: dict[str, int] = field(default_factory=dict, repr=False)
 
@@ -127,11 +129,16 @@ class LocalSearch:
         rows = np.flatnonzero(open_)
         if not len(rows):
             return None
-        score = surrogate.acquisition(rows)
-        if local is not None and len(answered) % 2:
-            near = surrogate.distance(rows, enc.index[local]) <= LOCAL_DISTANCE
-            if near.any():
-                score = np.where(near, score, -np.inf)
+        near = (
+            surrogate.distance(rows, enc.index[local]) <= LOCAL_DISTANCE
+            if local is not None and len(answered) % 2
+            else None
+        )
+        if near is not None and near.any():  # the others score -inf: only the near ones are scored
+            score = np.full(len(rows), -np.inf)
+            score[near] = surrogate.acquisition(rows[near])
+        else:
+            score = surrogate.acquisition(rows)
         jitter = np.random.default_rng(random.Random(salt).getrandbits(64)).random(len(rows))
         order = np.lexsort((jitter, -np.round(score, 12)))
         for i in order[:200]:
@@ -205,6 +212,7 @@ class LocalSearch:
             last=last,
             seen=set(seen),
             seed=seed,
+            modes=self.modes(),
         )
 
     def modelled_next(
@@ -229,15 +237,22 @@ class LocalSearch:
             salt: the tie-break's seed (the study's seed and the trial number).
         """
         ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
-        surrogate = Surrogate.fit(
-            self.encoding(),
-            feasible=ranked,
-            ooms=[c for _, c in ooms],
-            fitted=list(fitted),
-            peaks=list(peaks),
-        )
-        best = ranked[0][0] if ranked and ranked[0][0] in self.encoding().index else None
-        return self._modelled_pick(surrogate, answered, ooms, salt, best)
+        with one_blas_thread():
+            surrogate = Surrogate.fit(
+                self.encoding(),
+                feasible=ranked,
+                ooms=[c for _, c in ooms],
+                fitted=list(fitted),
+                peaks=list(peaks),
+            )
+            best = ranked[0][0] if ranked and ranked[0][0] in self.encoding().index else None
+            return self._modelled_pick(surrogate, answered, ooms, salt, best)
+
+    def modes(self) -> Modes:
+        """The valid configurations by mode (:class:`~explorer.search._frontier.Modes`), built once."""
+        if self._modes is None:
+            self._modes = Modes(self.valid())
+        return self._modes
 
     def valid(self) -> list[TrialConfig]:
         """Every valid configuration of the space (enumerated once)."""

@@ -227,6 +227,7 @@ class _Gp:
         if not len(self.at):  # the prior alone
             self.prior, self.chol, self.alpha = prior, np.zeros((0, 0)), np.zeros(0)
             return
+        self.shared = enc.shared(self.at)  # every configuration x the conditioned ones
         k = self._k(self.at) + noise * np.eye(len(self.at))
         self.chol = np.linalg.cholesky(k)
         resid = np.array(y) - prior[self.at]
@@ -234,19 +235,18 @@ class _Gp:
         resid = np.array(y) - self.prior[self.at]
         self.alpha = cho_solve((self.chol, True), resid)
 
-    def _k(self, rows: np.ndarray, cols: np.ndarray | None = None) -> np.ndarray:
+    def _k(self, rows: np.ndarray) -> np.ndarray:
+        """The kernel between ``rows`` and the conditioned configurations."""
         import numpy as np
 
-        enc = self.enc
-        cols = self.at if cols is None else cols
         a0, a1, a2, a3, _ = self.kernel
-        m = enc.shared(cols)[rows]  # float32, the shared parameters
+        m = self.shared[rows]  # float32, the shared parameters
         k = m - 1
         k *= a2 / 2
         k += a1
         k *= m
         k += a0
-        k += np.outer(a3 * enc.batch[rows], enc.batch[cols]).astype(np.float32)
+        k += np.outer(a3 * self.enc.batch[rows], self.enc.batch[self.at]).astype(np.float32)
         return k.astype(np.float64)
 
     def predict(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -329,17 +329,17 @@ class Surrogate:
         """Expected improvement of log-throughput over the best measured, times the chance to fit
         (before any feasible trial: the prior's log-throughput plus the log of that chance)."""
         import numpy as np
-        from scipy.stats import norm
+        from scipy.special import ndtr  # the normal CDF, without scipy.stats' import (0.7 s)
 
         fit = np.ones(len(rows))
         if self.memory is not None:
             mu, sd = self.memory.predict(rows)
-            fit = norm.cdf(-mu / sd)
+            fit = ndtr(-mu / sd)
         if self.speed is None:
             return self.speed_prior[rows] + FIT_POWER * np.log(np.maximum(fit, 1e-12))
         mu, sd = self.speed.predict(rows)
         z = (mu - self.best) / sd
-        ei = sd * (z * norm.cdf(z) + norm.pdf(z))
+        ei = sd * (z * ndtr(z) + np.exp(-(z**2) / 2.0) / math.sqrt(2 * math.pi))
         return ei * fit**FIT_POWER
 
     def distance(self, rows: np.ndarray, to: int) -> np.ndarray:
