@@ -201,7 +201,7 @@ def _undominated(
             candidates[i, j // 8] &= ~np.uint8(128 >> (j % 8))
     others = [k for k in knobs() if not isinstance(k.speed, (Axis, Rule))]
     if not others:
-        dominated = [bool(d) for d in candidates.any(axis=1)]
+        dominated = np.asarray(candidates.any(axis=1), dtype=bool).tolist()
         return [m for m, d in zip(modes, dominated, strict=True) if not d]
     out = []
     for i, m in enumerate(modes):
