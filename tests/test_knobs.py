@@ -257,7 +257,8 @@ def test_a_rule_reads_no_field_but_the_ones_it_names():
     from explorer.search._neighbours import LocalSearch
 
     loaded = load_study(
-        Path(__file__).resolve().parents[1] / "benchmarks/search_studies/knobs/granite-2b-a100-80x4-compile.yaml",
+        Path(__file__).resolve().parents[1]
+        / "benchmarks/search_studies/knobs/granite-2b-a100-80x4-compile.yaml",
         check_model=False,
     )
     valid = LocalSearch(space=loaded.space, resources=loaded.spec.resources).valid()
