@@ -95,3 +95,30 @@ def test_corrected_orders(local):
     ):
         d = single.replace(attn_implementation=attn)
         assert memory_dominates(d.replace(padding="max_length"), d.replace(padding="packed")) is ordered
+
+
+def test_the_joint_models_run_their_linear_algebra_on_one_blas_thread(local, monkeypatch):
+    """OpenBLAS's second thread spins between the models' small products and slows the whole
+    loop on a small machine (docs/benchmarks.md, issue 23's orchestration): a proposal fits and
+    scores under a one-thread limit, and the limit ends with it."""
+    from threadpoolctl import threadpool_info
+
+    from explorer.search import _neighbours
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+    fit = _neighbours.Surrogate.fit
+
+    def watched(*args, **kwargs):
+        seen.append(blas_threads())
+        return fit(*args, **kwargs)
+
+    monkeypatch.setattr(_neighbours.Surrogate, "fit", watched)
+    before = blas_threads()
+    first = local.valid()[0]
+    proposed = local.modelled_next(feasible=[(first, 100.0)], answered={first.key()}, ooms=[])
+    assert proposed is not None and proposed != first
+    assert seen == [{1}]
+    assert blas_threads() == before
