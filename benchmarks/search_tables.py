@@ -425,8 +425,11 @@ KNOB_SCENARIOS = (
     "llama-8b-h100x8-full-long",
 )
 """The tables of ``benchmarks/knob_tables.py`` (issue 23): ``--tables knobs`` names them all."""
+HELD_OUT_SCENARIOS = ("phi3-mini-h200x8-short", "gemma2-2b-l4x2-lora-long", "qwen-7b-a100-80x8-full-long")
+"""``knob_tables.HELD_OUT``, added after the default search was settled: ``--tables held-out``."""
 OTHER_STUDIES = {KNOBS_TABLE: KNOBS_STUDY} | {
-    f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml" for n in KNOB_SCENARIOS
+    f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
+    for n in (*KNOB_SCENARIOS, *HELD_OUT_SCENARIOS)
 }
 """Tables ``search`` runs only when named (``--tables``)."""
 
@@ -448,8 +451,9 @@ def search(
     from explorer.search_benchmark import VARIANTS, benchmark_search, format_table, to_json
     from explorer.study_file import load_study
 
-    if "knobs" in tables:
-        tables = tuple(t for t in tables if t != "knobs") + tuple(f"knobs-{n}.csv" for n in KNOB_SCENARIOS)
+    for group, names in (("knobs", KNOB_SCENARIOS), ("held-out", HELD_OUT_SCENARIOS)):
+        if group in tables:
+            tables = tuple(t for t in tables if t != group) + tuple(f"knobs-{n}.csv" for n in names)
     studies = {t: (STUDIES | OTHER_STUDIES)[t] for t in tables} if tables else STUDIES
     name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
     result = {}
