@@ -86,8 +86,20 @@ CPU_ADAM_PARAMS_S = 1e9
 socket)."""
 HBM_BYTES_S = 1.5e12
 """Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
-GPU_MEMORY_GIB = {"H200": 141.0, "H100": 80.0, "GH200": 96.0, "L40S": 48.0, "L40": 48.0, "A10G": 24.0}
-"""Memory of the GPUs whose names do not carry it (vendors' data sheets); ``...-40GB`` names do."""
+GPU_MEMORY_GIB = {
+    "H200": 141.0,
+    "H100": 80.0,
+    "GH200": 96.0,
+    "L40S": 48.0,
+    "L40": 48.0,
+    "L4": 24.0,
+    "A10G": 24.0,
+    "T4": 16.0,
+}
+"""Memory of the GPUs whose names do not carry it (vendors' data sheets); ``...-40GB`` names do.
+The longest key that the name contains wins (``L40S`` before ``L40`` before ``L4``). The L4 and T4
+were missing until a held-out table on two L4s showed the memory prior running without a limit
+(issue 23, docs/benchmarks.md)."""
 NVLINK_FORMS = ("SXM", "HBM3", "NVL", "H200", "GH200")
 """Name parts of the GPUs whose peers talk over NVLink (the rest: PCIe)."""
 
