@@ -142,7 +142,7 @@ def test_memory_scales_are_recovered_from_peaks():
     parts = _synthetic()
     truth = np.array([1.3, 0.2, 2.0, 1.0])  # activations 5x below the textbook, logits 2x above
     rows = list(range(0, 300, 15))
-    peaks = [(r, float(parts.memory_gib(truth, np.array([r]))[0])) for r in rows]
+    peaks = [(r, float(parts.take([r]).memory_gib(truth)[0])) for r in rows]
     fitted = fit_memory_scales(parts, peaks, [], limit_gib=80.0)
     predicted = parts.memory_gib(fitted)
     actual = parts.memory_gib(truth)
@@ -152,9 +152,9 @@ def test_memory_scales_are_recovered_from_peaks():
 def test_an_oom_raises_the_estimate_to_the_limit():
     parts = _synthetic(1)
     row = int(np.argmin(parts.memory_gib(np.ones(4))))
-    before = float(parts.memory_gib(np.ones(4), np.array([row]))[0])
+    before = float(parts.take([row]).memory_gib(np.ones(4))[0])
     limit = 3 * before
-    after = parts.memory_gib(fit_memory_scales(parts, [], [row], limit_gib=limit), np.array([row]))[0]
+    after = parts.take([row]).memory_gib(fit_memory_scales(parts, [], [row], limit_gib=limit))[0]
     assert after > 0.8 * limit
 
 
@@ -162,7 +162,7 @@ def test_time_scales_are_recovered_from_throughputs():
     parts = _synthetic(2)
     truth = np.array([2.5, 0.5, 3.0, 1.0])
     rows = np.arange(0, 300, 10)
-    measured = [(int(r), float(math.exp(parts.log_throughput(truth, np.array([r]))[0]))) for r in rows]
+    measured = [(int(r), float(math.exp(parts.take([r]).log_throughput(truth)[0]))) for r in rows]
     fitted = fit_time_scales(parts, measured)
     error = np.abs(parts.log_throughput(fitted) - parts.log_throughput(truth))
     assert np.median(error) < 0.05

@@ -11,6 +11,7 @@ with what) with its own constants after a few trials.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,15 +42,22 @@ class PhysicsParts:
     time: np.ndarray
     """Seconds: compute, communication, offload, optimizer step."""
 
-    def memory_gib(self, scales: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
-        return self.memory[rows] @ scales
-
-    def log_throughput(self, scales: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+    def take(self, rows: Sequence[int]) -> PhysicsParts:
+        """These rows' estimates only (taken once, before a fit evaluates its loss many times)."""
         import numpy as np
 
-        t = self.time[rows] * scales
+        at = np.array(rows, dtype=int)
+        return PhysicsParts(memory=self.memory[at], data=self.data[at], time=self.time[at])
+
+    def memory_gib(self, scales: np.ndarray) -> np.ndarray:
+        return self.memory @ scales
+
+    def log_throughput(self, scales: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        t = self.time * scales
         step = t[:, 0] + np.maximum(0.0, t[:, 1] - OVERLAP * t[:, 0]) + t[:, 2] + t[:, 3]
-        return np.log(self.data[rows]) - np.log(np.maximum(step, 1e-12))
+        return np.log(self.data) - np.log(np.maximum(step, 1e-12))
 
 
 def _fit(loss, n: int) -> np.ndarray:
@@ -69,18 +77,18 @@ def fit_memory_scales(
 
     if not peaks and not ooms:
         return np.ones(parts.memory.shape[1])
-    measured = parts.memory[np.array([r for r, _ in peaks], dtype=int)]  # the rows, taken once
+    measured = parts.take([r for r, _ in peaks])
     logs = np.log(np.array([p for _, p in peaks], dtype=float))
-    over = parts.memory[np.array(ooms, dtype=int)]
+    over = parts.take(ooms)
     log_limit = math.log(limit_gib) if limit_gib else None
 
     def loss(u: np.ndarray) -> float:
         s = np.exp(u)
         total = float((u**2).sum()) / MEMORY_PRIOR_SD**2
-        if len(measured):
-            total += float(((np.log(measured @ s) - logs) ** 2).sum()) / OBSERVATION_SD**2
-        if len(over) and log_limit is not None:
-            short = np.maximum(0.0, log_limit - np.log(over @ s))
+        if len(logs):
+            total += float(((np.log(measured.memory_gib(s)) - logs) ** 2).sum()) / OBSERVATION_SD**2
+        if len(ooms) and log_limit is not None:
+            short = np.maximum(0.0, log_limit - np.log(over.memory_gib(s)))
             total += float((short**2).sum()) / OBSERVATION_SD**2
         return total
 
@@ -93,9 +101,8 @@ def fit_time_scales(parts: PhysicsParts, measured: list[tuple[int, float]]) -> n
 
     if not measured:
         return np.ones(parts.time.shape[1])
-    rows = np.array([r for r, _ in measured], dtype=int)
     logs = np.log(np.array([v for _, v in measured], dtype=float))
-    taken = PhysicsParts(memory=parts.memory[rows], data=parts.data[rows], time=parts.time[rows])  # once
+    taken = parts.take([r for r, _ in measured])
 
     def loss(u: np.ndarray) -> float:
         resid = taken.log_throughput(np.exp(u)) - logs

@@ -28,30 +28,13 @@ from dataclasses import dataclass, field
 from explorer.knobs import Axis, knobs
 from explorer.trial_config import TrialConfig
 
-__all__ = ["Ceilings", "speed_group", "speed_score", "throughput_dominates"]
+__all__ = ["Ceilings", "throughput_dominates"]
 
 
-def speed_group(c: TrialConfig) -> tuple[object, ...]:
+def _group(c: TrialConfig) -> tuple[object, ...]:
     """What two configurations must share to be compared: every knob without a speed order (one
     dominates another only within its group)."""
     return tuple(k.compared(c) for k in knobs() if isinstance(k.speed, Axis) and k.speed.kind == "equal")
-
-
-def speed_score(c: TrialConfig) -> float:
-    """A number that never decreases along dominance: if ``a`` dominates ``b``, then
-    ``speed_score(a) >= speed_score(b)`` (the sum, over the knobs with a plain speed order, of the
-    value's level; a value without one counts 0, and dominance compares it only with itself)."""
-    total = 0.0
-    for k in knobs():
-        axis = k.speed
-        if not isinstance(axis, Axis) or axis.kind == "equal":
-            continue
-        x = k.compared(c)
-        if axis.kind == "ordered":
-            total += axis.level(x) or 0
-        elif isinstance(x, (int, float)):  # bool included
-            total += float(x) if axis.kind == "increasing" else -float(x)
-    return total
 
 
 def throughput_dominates(a: TrialConfig, b: TrialConfig) -> bool:
@@ -70,10 +53,10 @@ class Ceilings:
     def of(cls, feasible: Iterable[tuple[TrialConfig, float]]) -> Ceilings:
         ceilings = cls()
         for config, value in feasible:
-            ceilings._groups.setdefault(speed_group(config), []).append((config, value))
+            ceilings._groups.setdefault(_group(config), []).append((config, value))
         return ceilings
 
     def ceiling(self, c: TrialConfig) -> float | None:
         """The lowest value of a measured configuration that dominates ``c`` (``None``: none does)."""
-        values = [v for a, v in self._groups.get(speed_group(c), ()) if throughput_dominates(a, c)]
+        values = [v for a, v in self._groups.get(_group(c), ()) if throughput_dominates(a, c)]
         return min(values, default=None)
