@@ -71,50 +71,61 @@ def optimize(
             recorded, and recover such files on resume (:mod:`explorer.study._journal`);
             ``False`` for throw-away in-memory studies (``benchmark-search``).
     """
+    from optuna.storages import RDBStorage
+
     from explorer.launch import launcher_for
     from explorer.store import MeasurementStore, StoreScope
 
     spec = loaded.spec
     started = time.monotonic()
+    owns_storage = storage is None
     loaded, study, storage, drivers = _open_run(
         loaded, sampler=sampler, storage=storage, write_ahead=write_ahead
     )
-    store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
-    scope = StoreScope.for_study(loaded) if store is not None else None
-    journal = loaded.output_dir if write_ahead else None
-    done = _resume(loaded, study, storage, journal=journal, reclaim_all=reclaim_all, printer=printer)
-    owns_launcher = launcher is None
-    if launcher is None:
-        launcher = launcher_for(loaded, output_dir=loaded.output_dir)
-    loop = Loop(
-        loaded,
-        study,
-        drivers=drivers,
-        launcher=launcher,
-        owns_launcher=owns_launcher,
-        printer=printer,
-        progress=progress,
-        store=store,
-        scope=scope,
-        journal=journal,
-        started=started,
-        done=done,
-    )
-    loop.run()
-    _note_early_stop(
-        study, done=loop.done, n_trials=spec.n_trials, timed_out=loop.timed_out, exhausted=loop.exhausted
-    )
-    statuses = _statuses(study)
-    done = len(counted_trials(study))  # by every driver of the study
-    return OptimizeResult(
-        study_name=spec.name,
-        storage_url=loaded.storage_url,
-        counted=done,
-        n_trials=spec.n_trials,
-        wall_seconds=time.monotonic() - started,
-        statuses=statuses,
-        measured_nothing=measured_nothing(study.get_trials(deepcopy=False)),
-    )
+    try:
+        store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
+        scope = StoreScope.for_study(loaded) if store is not None else None
+        journal = loaded.output_dir if write_ahead else None
+        done = _resume(loaded, study, storage, journal=journal, reclaim_all=reclaim_all, printer=printer)
+        owns_launcher = launcher is None
+        if launcher is None:
+            launcher = launcher_for(loaded, output_dir=loaded.output_dir)
+        loop = Loop(
+            loaded,
+            study,
+            drivers=drivers,
+            launcher=launcher,
+            owns_launcher=owns_launcher,
+            printer=printer,
+            progress=progress,
+            store=store,
+            scope=scope,
+            journal=journal,
+            started=started,
+            done=done,
+        )
+        loop.run()
+        _note_early_stop(
+            study, done=loop.done, n_trials=spec.n_trials, timed_out=loop.timed_out, exhausted=loop.exhausted
+        )
+        statuses = _statuses(study)
+        done = len(counted_trials(study))  # by every driver of the study
+        return OptimizeResult(
+            study_name=spec.name,
+            storage_url=loaded.storage_url,
+            counted=done,
+            n_trials=spec.n_trials,
+            wall_seconds=time.monotonic() - started,
+            statuses=statuses,
+            measured_nothing=measured_nothing(study.get_trials(deepcopy=False)),
+        )
+
+    finally:
+        if owns_storage and isinstance(storage, RDBStorage):
+            # close its connections now, not whenever they are collected: the last one to close
+            # folds sqlite's WAL into the file, which must not happen during a later command
+            # that promises to write nothing (a refused optimize, a read-only verb)
+            storage.engine.dispose()
 
 
 def measured_nothing(trials: list[optuna.trial.FrozenTrial]) -> str | None:
