@@ -24,7 +24,42 @@ def test_the_listed_packages_are_every_package():
     assert block is not None
     listed = set(re.findall(r'"([\w.]+)"', block.group(1)))
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "explorer").rglob("__init__.py")}
-    assert listed == found | {"explorer.launchers"}
+    data = {  # folders of data alone ship as packages too, as setuptools asks
+        "explorer.launchers." + ".".join(p.relative_to(ROOT / "launchers").parts)
+        for p in (ROOT / "launchers").rglob("*")
+        if p.is_dir()
+    } | {"explorer.report.templates"}
+    assert listed == found | {"explorer.launchers"} | data
+
+
+def test_building_the_wheel_prints_no_setuptools_warning(tmp_path):
+    """``pip install .`` builds this wheel; its backend's deprecation and packaging warnings
+    (a license as a TOML table, data folders missing from ``packages``) are what users saw."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [
+        line
+        for line in (proc.stdout + proc.stderr).splitlines()
+        if re.search(r"Warning|deprecat", line) and "byte-compiling is disabled" not in line
+    ]
+    assert said == []
 
 
 def _run(*args: str | Path, cwd: Path, env: dict[str, str] | None = None) -> str:
