@@ -29,6 +29,9 @@ and the nodes change). For each strategy s (``"DDP"``, ``"FSDP2 FULL_SHARD"``, .
   family's measured counts. With no residual freedom (``dof = 0``) there is no band: the
   prediction keeps its central value, ``low = 0``, ``high = inf`` and the note
   ``"no residual freedom: no band"``.
+* Past the family's largest measured GPU count, neither the central value nor the band's upper end
+  exceeds the best per-GPU throughput measured at that count (``_ABOVE_LINEAR``): a slope fitted
+  above linear is not extrapolated.
 * ``predict`` marks a GPU count (or node count) outside the family's measured range as
   ``extrapolated``; a count inside it but not measured is noted as interpolated. It returns None
   when the strategy has no usable fit (no family measured at two GPU counts) or the family has no
@@ -146,6 +149,7 @@ class _Family:
     scatter: np.ndarray  # 3 x 3 centred cross-products of the same
     gpus: frozenset[int]
     nodes: frozenset[int]
+    ceiling: float  # the best measured per-GPU throughput at the family's largest GPU count
 
     @classmethod
     def of(cls, points: Sequence[ScalingPoint]) -> _Family:
@@ -161,6 +165,7 @@ class _Family:
             scatter=centred.T @ centred,
             gpus=frozenset(p.number_gpus for p in points),
             nodes=frozenset(p.number_nodes for p in points),
+            ceiling=max(p.per_gpu for p in points if p.number_gpus == max(q.number_gpus for q in points)),
         )
 
 
@@ -283,9 +288,19 @@ def _predict(solution: _Solution, family: _Family, number_gpus: int, number_node
     else:
         half = solution.t * solution.sd * math.sqrt(1 + 1 / family.n + float(d @ solution.inverse @ d))
         low, high = math.exp(centre - half), math.exp(centre + half)
-    return Prediction(
-        per_gpu=math.exp(centre), low=low, high=high, extrapolated=extrapolated, note="; ".join(notes)
-    )
+    per_gpu = math.exp(centre)
+    if number_gpus > max(family.gpus) and max(per_gpu, high) > family.ceiling:
+        per_gpu, high = min(per_gpu, family.ceiling), min(high, family.ceiling)
+        low = min(low, per_gpu)
+        notes.append(f"capped at the per-GPU throughput measured at {max(family.gpus)} GPUs: {_ABOVE_LINEAR}")
+    return Prediction(per_gpu=per_gpu, low=low, high=high, extrapolated=extrapolated, note="; ".join(notes))
+
+
+_ABOVE_LINEAR = "more GPUs at the same per-device work never raise the per-GPU throughput"
+"""Why an extrapolation past a family's largest measured GPU count is capped at what was measured
+there: per-GPU throughput rises with the GPU count only while sharding frees memory for a larger
+per-device batch, and a family keeps the per-device batch (weak scaling), so a fitted slope above
+linear (per_doubling > 1) is noise or a memory effect that does not carry on."""
 
 
 def _check(points: Sequence[ScalingPoint], level: float) -> None:
