@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from explorer.errors import did_you_mean
+from explorer.spec._objectives import OBJECTIVE, FirstObjective, SecondObjective
 
 __all__ = [
     "BudgetSpec",
@@ -680,31 +681,15 @@ class StudySpec(_Spec):
     max_passed_over: NonNegativeInt = 8
     """Times younger waiting trials may start ahead of the oldest one; after that nothing else
     starts until it fits, so a large trial is never starved by a stream of small ones."""
-    objective: Literal[
-        "dataset_tokens_per_second_per_gpu",
-        "dataset_tokens_per_second",
-        "tokens_per_dollar",
-        "hours_for_budget",
-    ] = "dataset_tokens_per_second_per_gpu"
-    """What the study optimizes. ``dataset_tokens_per_second_per_gpu`` (the seeds' metric) favours
-    the fewest GPUs; ``dataset_tokens_per_second`` the fastest trial; ``tokens_per_dollar`` the
-    cheapest per token (needs ``prices`` for the GPU model); ``hours_for_budget`` (minimized) the
-    shortest time to process ``budget`` within the space's GPU counts (needs ``budget``). See
-    :mod:`explorer.study._objectives`."""
-    second_objective: (
-        Literal[
-            "dataset_tokens_per_second",
-            "tokens_per_dollar",
-            "hours_for_budget",
-            "number_gpus",
-            "peak_memory_gib",
-        ]
-        | None
-    ) = None
-    """Besides ``objective``: also maximize the whole trial's ``dataset_tokens_per_second`` or
-    ``tokens_per_dollar``, or minimize ``hours_for_budget``, ``number_gpus`` or ``peak_memory_gib``.
-    The study is then multi-objective (Optuna's Pareto front; :mod:`explorer.study._objectives`);
-    ``number_gpus`` charts throughput against GPU count."""
+    objective: FirstObjective = OBJECTIVE
+    """What the study optimizes: one of the objectives declared in
+    :data:`explorer.spec._objectives.OBJECTIVE_TABLE` that may stand first (maximized or minimized
+    as declared there). A stored study keeps the objective it was created with."""
+    second_objective: SecondObjective | None = None
+    """Besides ``objective``: a second objective from the same table, which makes the study
+    multi-objective (Optuna's Pareto front, ``study.best_trials``). An infeasible trial gets the
+    worst value of each objective (0, or 1e9 when minimized) and its real GPU count; local search
+    climbs on the first objective."""
     when_converged: Literal["stop", "explore"] = "stop"
     """When the sampler keeps proposing configurations already answered: ``stop`` after 30 such
     proposals in a row (the study has nothing new to try); ``explore``: after one, run an

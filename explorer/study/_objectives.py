@@ -1,16 +1,9 @@
 """The study's objectives: by default dataset tokens per second per GPU (maximized, the seeds'
 metric), and optionally a second.
 
-``objective`` in the study file chooses the first, ``second_objective`` adds one (:data:`OBJECTIVES`,
-:data:`SECOND_OBJECTIVES`):
-
-* ``dataset_tokens_per_second_per_gpu`` (maximized): the seeds' metric; it favours the fewest GPUs;
-* ``dataset_tokens_per_second`` (maximized): the whole trial's throughput, all GPUs together;
-* ``tokens_per_dollar`` (maximized): dataset tokens per USD, ``3600 * per-GPU rate / price`` with
-  the study's ``prices`` for its GPU model;
-* ``hours_for_budget`` (minimized): wall-clock hours to process the study's ``budget`` (tokens
-  times epochs) at the trial's total rate; the GPU-count limit is the space's ``number_gpus``;
-* second only: ``number_gpus`` (minimized), ``peak_memory_gib`` (minimized).
+``objective`` in the study file chooses the first, ``second_objective`` adds one. Each objective
+(name, direction, whether it may stand first or second, what it is) is declared once, in
+:data:`explorer.spec._objectives.OBJECTIVE_TABLE`; this module computes their values.
 
 The prices, the budget and the GPU model are written into the study (:data:`SETTINGS_ATTR`) when
 it is created, so every trial's value follows from the study alone, and a study whose file later
@@ -27,15 +20,17 @@ as infeasible.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Properties
+from explorer.spec._objectives import OBJECTIVE, OBJECTIVES, PER_GPU_RANKED, SECOND_OBJECTIVES, Direction
 from explorer.study._attrs import answered_without_running, status_of
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = [
+    "Direction",
     "INFEASIBLE_MINIMIZED",
     "OBJECTIVE",
     "OBJECTIVES",
@@ -51,28 +46,7 @@ __all__ = [
     "trial_values",
 ]
 
-OBJECTIVE = "dataset_tokens_per_second_per_gpu"
-Direction = Literal["minimize", "maximize"]
-OBJECTIVES: dict[str, Direction] = {
-    OBJECTIVE: "maximize",
-    "dataset_tokens_per_second": "maximize",
-    "tokens_per_dollar": "maximize",
-    "hours_for_budget": "minimize",
-}
-"""The first objectives a study file may choose, and their directions."""
 _METRIC_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
-SECOND_OBJECTIVES: dict[str, Direction] = {
-    "dataset_tokens_per_second": "maximize",
-    "tokens_per_dollar": "maximize",
-    "hours_for_budget": "minimize",
-    "number_gpus": "minimize",
-    "peak_memory_gib": "minimize",
-}
-"""The second objectives a study file may ask for, and their directions."""
-PER_GPU_RANKED = frozenset({OBJECTIVE, "tokens_per_dollar"})
-"""First objectives that rank one GPU model's configurations as the per-GPU rate does (a price
-per GPU-hour only scales it), so the throughput prior and the frontier walk, which reason about
-the per-GPU rate, still point the right way."""
 SETTINGS_ATTR = "objective_settings"
 """Study user attr: the prices, token budget and GPU model the objectives are computed with."""
 _NEEDS_SETTINGS = {"tokens_per_dollar", "hours_for_budget"}
