@@ -107,8 +107,12 @@ class PlanRow:
         return None if price is None else self.gpu_hours(job) * price
 
     def meets(self, job: PlanJob) -> bool | None:
-        """Whether the predicted time is within the deadline (``None``: no deadline)."""
-        return None if job.deadline_hours is None else self.hours(job) <= job.deadline_hours
+        """Whether the predicted time is within the deadline (``None``: no deadline). An
+        extrapolated row with an unbounded band (its slow end never finishes) never meets it."""
+        if job.deadline_hours is None:
+            return None
+        band = self.hours_band(job)
+        return self.hours(job) <= job.deadline_hours and (band is None or math.isfinite(band[1]))
 
 
 _LAYOUT = ("number_gpus", "number_nodes", "distributed_backend", "fsdp_version", "fsdp_sharding_strategy")
