@@ -206,6 +206,12 @@ def _dashboard_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser
     das.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
     das.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     das.add_argument("--port", type=int, default=8080, metavar="N", help="default 8080")
+    das.add_argument(
+        "--allow-writes",
+        action="store_true",
+        help="let the dashboard change the study (delete or rename it, tell trials, edit notes); "
+        "without it every such request is refused (403)",
+    )
 
 
 def _best_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -408,15 +414,13 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from explorer.doctor import FAILED, record_findings, render_table, run_doctor
+    from explorer.launch import launcher_kind
     from explorer.study_file import load_study
 
     loaded = load_study(args.study, storage=args.storage)
-    if loaded.spec.launcher.kind == "replay":
-        raise SpecError(
-            file=args.study,
-            field="launcher.kind",
-            problem="replay reads trials from a table: nothing runs on a node",
-        )
+    nothing_runs = launcher_kind(loaded.spec).runs_nothing(loaded.spec)
+    if nothing_runs is not None:
+        raise SpecError(file=args.study, field="launcher.kind", problem=nothing_runs)
     report = run_doctor(
         loaded, on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True)
     )
@@ -604,7 +608,13 @@ def _dashboard(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise SpecError(file="--port", field="", problem=f"{args.port} is not a port number")
     loaded = load_study(args.study, storage=args.storage, check_model=False)
-    serve(loaded, host=args.host, port=args.port, printer=lambda line: print(line, flush=True))
+    serve(
+        loaded,
+        host=args.host,
+        port=args.port,
+        allow_writes=args.allow_writes,
+        printer=lambda line: print(line, flush=True),
+    )
     return 0
 
 
