@@ -20,7 +20,10 @@ from typing import IO, Any
 from explorer.errors import SpecError
 
 __all__ = [
+    "OUT_MANIFEST",
     "atomic_file",
+    "check_run_folder",
+    "claim_out",
     "default_output_dir",
     "escape",
     "inside",
@@ -50,6 +53,77 @@ def inside(root: Path, paths: Iterable[Path], *, file: str, field: str = "output
         problem = escape(root, path)
         if problem is not None:
             raise SpecError(file=file, field=field, problem=problem)
+
+
+_SYSTEM_TREES = (
+    "/etc",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/boot",
+    "/dev",
+    "/proc",
+    "/sys",
+    "/run",
+)
+"""Folders of the operating system: a run folder is never one of them nor inside one."""
+_SHARED_TOPS = ("/", "/home", "/tmp", "/var", "/opt", "/srv", "/mnt", "/media", "/root", "/var/tmp")
+"""Folders that hold other people's or the system's files: a run folder is never one of them
+itself (a folder inside one is fine: ``/tmp/my-study``)."""
+
+
+def check_run_folder(folder: Path, *, file: str, field: str = "output_dir") -> None:
+    """Refuse a run folder at the filesystem root, a system folder or a shared top folder (the
+    user's home itself included): explorer writes ``.explorer-study``, ``trial-*``, ``best``
+    and ``report`` into it, beside whatever is there.
+
+    Raises:
+        SpecError: naming ``file`` and ``field``.
+    """
+    real = folder.resolve()
+    home = Path.home().resolve()
+    system = next((t for t in _SYSTEM_TREES if real == Path(t) or real.is_relative_to(t)), None)
+    if system is not None:
+        problem = f"{folder} is in the system folder {system}: give a folder of your own"
+    elif str(real) in _SHARED_TOPS or real == home:
+        problem = f"{folder} is {'your home folder' if real == home else 'a shared top folder'}: give a folder of its own, e.g. {real / 'explorer-runs'}"
+    else:
+        return
+    raise SpecError(file=file, field=field, problem=problem)
+
+
+OUT_MANIFEST = ".explorer-out"
+"""The file, in a folder given with ``--out``, that lists what explorer wrote there (one name a
+line): the files it may overwrite on the next run."""
+
+
+def claim_out(folder: Path, names: Iterable[str], *, field: str) -> None:
+    """Check, before anything is written, that writing ``names`` into ``folder`` (``--out``)
+    overwrites no file explorer did not write, then record them in :data:`OUT_MANIFEST`.
+
+    A file of the user's (present, and not listed by an earlier run) is never overwritten: the
+    run is refused in one line and nothing is written.
+
+    Raises:
+        SpecError: naming ``field`` (``--out``) and the first such file.
+    """
+    names = list(names)
+    manifest = folder / OUT_MANIFEST
+    ours: set[str] = set()
+    if manifest.is_file():
+        ours = {line for line in manifest.read_text(encoding="utf-8", errors="replace").splitlines() if line}
+    theirs = sorted(n for n in names if n not in ours and (folder / n).exists())
+    if theirs:
+        problem = (
+            f"{folder / theirs[0]} exists and was not written by explorer: give an empty or new folder "
+            "(nothing written)"
+        )
+        raise SpecError(file=field, field="", problem=problem)
+    folder.mkdir(parents=True, exist_ok=True)
+    write_atomic(manifest, "".join(f"{n}\n" for n in sorted(ours | set(names))))
 
 
 def storage_identity(url: str) -> str:

@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from explorer.errors import SpecError, did_you_mean
-from explorer.paths import default_output_dir, table_file
+from explorer.paths import check_run_folder, default_output_dir, table_file
 from explorer.secrets import mask_url
 from explorer.spec._models import StudySpec
 
@@ -383,9 +383,13 @@ def storage_and_run_folder(
     folder per storage, :func:`explorer.paths.default_output_dir`)."""
     storage_url = _check_storage_url(label, spec.storage, base, spec.name, from_cli)
     if spec.output_dir:
-        return storage_url, resolve_path(base, spec.output_dir)
+        folder = resolve_path(base, spec.output_dir)
+        check_run_folder(folder, file=label)
+        return storage_url, folder
     own = _file_storage(label, file_storage, base, spec.name)
-    return storage_url, default_output_dir(base, spec.name, storage_url, own)
+    folder = default_output_dir(base, spec.name, storage_url, own)
+    check_run_folder(folder, file=label)
+    return storage_url, folder
 
 
 ARCH = "workload.model.architecture"
