@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from explorer.errors import SpecError
-from explorer.launch import accelerator_type
+from explorer.launch import accelerator_type, launcher_kind
 from explorer.spec import StudySpec
 
 __all__ = ["CPU_MODEL", "device_gpu_model", "hyphenated", "with_gpu_model"]
@@ -77,8 +77,8 @@ def _same_model(declared: str, device: str) -> bool:
 
 
 def _local(spec: StudySpec) -> bool:
-    """The trials run on this machine: the Ray launcher with no cluster address."""
-    return spec.launcher.kind == "ray" and not (spec.launcher.address or os.environ.get("RAY_ADDRESS"))
+    """The trials run on this machine (the Ray launcher with no cluster address)."""
+    return launcher_kind(spec).local(spec)
 
 
 def with_gpu_model(
@@ -114,22 +114,14 @@ def with_gpu_model(
         return spec, device
     if not cuda:
         return _set(spec, CPU_MODEL, label), None
-    if spec.launcher.kind == "replay":
-        raise SpecError(
-            file=label, field=FIELD, problem="a replay study names the GPU model of its table's rows"
-        )
+    refused = launcher_kind(spec).gpu_model_refusal(spec, probe=probe)
+    if refused is not None:  # a replay table's rows, a cluster's nodes: not readable from here
+        raise SpecError(file=label, field=FIELD, problem=refused)
     if not probe:
         model = stored()
         return _set(
             spec, model if model is not None else CPU_MODEL if r.device == "auto" else "unknown", label
         ), None
-    if not _local(spec):
-        raise SpecError(
-            file=label,
-            field=FIELD,
-            problem="required on a Ray cluster: name the GPU model of its nodes (e.g. NVIDIA-H100-80GB-HBM3); "
-            "it cannot be read from this machine",
-        )
     device = device_gpu_model(nvml)
     if device is None and r.device == "cuda":
         raise SpecError(

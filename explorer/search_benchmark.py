@@ -149,11 +149,12 @@ def score(table: ReplayTable, config: TrialConfig) -> float | None:
 def gpu_seconds(loaded: LoadedStudy, table: ReplayTable, config: TrialConfig) -> float:
     """A trial's GPUs times its duration on the replay's clock: the row's recorded seconds, else
     the study's simulated duration of its outcome (without jitter)."""
+    from explorer.launch import launcher_section
     from explorer.measurement import Outcome
-    from explorer.spec import DurationSpec
+    from explorer.spec import DurationSpec, ReplayLauncherSpec
 
     m = table.measurement(config)
-    durations = loaded.spec.launcher.durations or DurationSpec()
+    durations = launcher_section(loaded.spec, ReplayLauncherSpec).durations or DurationSpec()
     seconds = m.wall_seconds if durations.use_recorded and m.wall_seconds > 0 else 0.0
     if seconds <= 0:
         seconds = {Outcome.OK: durations.ok_s, Outcome.OOM: durations.oom_s}.get(

@@ -8,25 +8,20 @@ and the safe YAML reader, importing nothing of explorer's but errors, paths and 
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 from explorer.errors import SpecError, did_you_mean
 from explorer.hardware import with_gpu_model
-from explorer.launch import ReplayTable, accelerator_type
-from explorer.launch._select import replay_selection
-from explorer.paths import table_file
+from explorer.launch import launcher_kind
 from explorer.space import SearchSpace
 from explorer.spec import LoadedStudy, StudySpec
 from explorer.spec._load import (
     dataset_path_of,
     model_path_of,
-    resolve_path,
     space_source,
     storage_and_run_folder,
     study_spec,
 )
-from explorer.spec._ray_address import check_ray_address
 from explorer.validity import invalid_reason, invalid_reasons
 
 __all__ = ["load_study"]
@@ -49,9 +44,9 @@ def load_study(
     Args:
         check_model: build the model architecture's transformers config to check it (imports
             transformers, about 2.5 s); the commands that only read a stored study skip it.
-        check_launcher: probe the Ray cluster address (``launcher.address`` or ``RAY_ADDRESS``)
-            with a TCP connect of a few seconds; default: as ``check_model`` (the commands that
-            only read a stored study do not need the cluster).
+        check_launcher: probe what the launcher points to (a Ray cluster address, ``launcher.address``
+            or ``RAY_ADDRESS``, with a TCP connect of a few seconds); default: as ``check_model``
+            (the commands that only read a stored study do not need the cluster).
         check_hub: require a hub model id to be in the local cache or reachable (a request of a
             few seconds at most); default: as ``check_launcher``.
 
@@ -88,9 +83,7 @@ def load_study(
     _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
     _refuse_never_valid_values(spec, space, space_label)
-    table = _check_replay_table(label, spec, space, base) if spec.launcher.kind == "replay" else None
-    if spec.launcher.kind == "ray" and probe:
-        check_ray_address(spec.launcher.address, file=label)
+    table = launcher_kind(spec).check(spec, label=label, base=base, space=space, probe=probe)
     if check_model and probe:  # validate --offline checks a study meant for another machine
         _check_local_cuda(spec, label)
     return LoadedStudy(
@@ -114,12 +107,9 @@ def _stored_gpu_model(storage_url: str, name: str) -> str | None:
 
 
 def _check_local_cuda(spec: StudySpec, label: str) -> None:
-    """``device: cuda`` with the local launcher (no cluster address): the trials run on this
+    """``device: cuda`` with a local launcher (no cluster address): the trials run on this
     machine, which must have a CUDA GPU."""
-    import os
-
-    local = spec.launcher.kind == "ray" and not (spec.launcher.address or os.environ.get("RAY_ADDRESS"))
-    if spec.resources.device != "cuda" or not local:
+    if spec.resources.device != "cuda" or not launcher_kind(spec).local(spec):
         return
     import torch
 
@@ -134,8 +124,7 @@ def _check_local_cuda(spec: StudySpec, label: str) -> None:
 
 def _check_gpu_models(spec: StudySpec, space: SearchSpace, *, label: str, space_label: str) -> None:
     """Every ``gpu_model`` the space may take is a declared one (``resources.gpu_models``, else
-    ``resources.gpu_model``); on a Ray cluster, no two declared models share a Ray accelerator type
-    (Ray could not tell their nodes apart)."""
+    ``resources.gpu_model``); what else a launcher needs of them is its own check."""
     declared = spec.resources.models
     domain = space.domains.get("gpu_model")
     for value in domain.values if domain is not None else ():
@@ -146,18 +135,6 @@ def _check_gpu_models(spec: StudySpec, space: SearchSpace, *, label: str, space_
                 field="parameters.gpu_model",
                 problem=f"{value!r} is not a GPU model of {where} ({', '.join(declared)})"
                 + did_you_mean(str(value), list(declared)),
-            )
-    if spec.launcher.kind != "ray" or not spec.launcher.address or not spec.resources.gpu_models:
-        return
-    seen: dict[str, str] = {}
-    for name in declared:
-        other = seen.setdefault(accelerator_type(name), name)
-        if other != name:
-            raise SpecError(
-                file=label,
-                field="resources.gpu_models",
-                problem=f"{other} and {name} are both Ray accelerator type {accelerator_type(name)!r}: "
-                "on a cluster Ray cannot tell their nodes apart",
             )
 
 
@@ -220,24 +197,3 @@ def _refuse_never_valid_values(spec: StudySpec, space: SearchSpace, space_label:
         problem=f"{value} can never run: {reason}; remove it"
         + (f" (never either: {others})" if others else ""),
     )
-
-
-def _check_replay_table(label: str, spec: StudySpec, space: SearchSpace, base: Path) -> ReplayTable:
-    """The replay table, once it is readable, has rows for the study and a column for every
-    parameter the search space varies."""
-    path = resolve_path(base, spec.launcher.table or "")
-    if not table_file(path).is_file():  # a large table may be kept as path.gz
-        raise SpecError(file=label, field="launcher.table", problem=f"{spec.launcher.table} does not exist")
-    try:
-        table = ReplayTable.read(path, **replay_selection(spec))
-    except SpecError as exc:  # name the study file and the field, as every other problem does
-        where = path.name if exc.field == "launcher.table" else f"{path.name} {exc.field}"
-        raise SpecError(file=label, field="launcher.table", problem=f"{where}: {exc.problem}") from None
-    missing = table.missing_columns(itertools.islice(space.enumerate(), 200_000))
-    if missing:
-        raise SpecError(
-            file=label,
-            field="launcher.table",
-            problem=f"{path.name} has no column for the varied parameter(s) {', '.join(missing)}",
-        )
-    return table

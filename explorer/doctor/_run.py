@@ -129,11 +129,13 @@ class _Smoke:
         self.done: dict[str, tuple[Measurement, float]] = {}
 
     def run(self, config: TrialConfig) -> tuple[Measurement, float]:
-        from explorer.launch import run_trial
+        from explorer.launch import launcher_section, run_trial
+        from explorer.spec import RayLauncherSpec
 
         key = config.key()
         if key not in self.done:
             spec = self.loaded.spec
+            ray = launcher_section(spec, RayLauncherSpec)  # the CLI refuses a study where nothing runs
             n = len(self.done)
             job = replace(
                 TrialJob.for_study(self.loaded, config, trial_number=n), measurement=self.measurement
@@ -142,9 +144,9 @@ class _Smoke:
             result = run_trial(
                 job,
                 work_dir=self.loaded.output_dir / "doctor" / f"run-{n}",
-                runner=spec.launcher.runner,
+                runner=ray.runner,
                 timeout_s=spec.measurement.trial_timeout_s,
-                warm_start=spec.launcher.warm_start,
+                warm_start=ray.warm_start,
             )
             self.done[key] = (result, time.monotonic() - t0)
         return self.done[key]

@@ -24,6 +24,7 @@ from typing import Any
 
 from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
+from explorer.launch._contract import launcher_section
 from explorer.launch._placement import (
     ModelPlacement,
     MultiNodeTrial,
@@ -36,7 +37,7 @@ from explorer.launch._placement import (
 from explorer.launch._ray_messages import RayMessages
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
-from explorer.spec import ResourcesSpec, StudySpec
+from explorer.spec import RayLauncherSpec, ResourcesSpec, StudySpec
 
 __all__ = ["RayLauncher", "TrialActor", "ZygoteHost"]
 
@@ -325,14 +326,15 @@ class RayLauncher:
     ) -> RayLauncher:
         """The launcher a study file asks for (``resources`` overrides the study's)."""
         resources = resources or spec.resources
+        config = launcher_section(spec, RayLauncherSpec)
         return cls(
             total_gpus=resources.total_gpus,
             gpu_model=resources.model,
-            address=spec.launcher.address,
-            runner=spec.launcher.runner,
+            address=config.address,
+            runner=config.runner,
             timeout_s=spec.measurement.trial_timeout_s,
             output_dir=output_dir,
-            warm_start=spec.launcher.warm_start,
+            warm_start=config.warm_start,
             gpu_models=resources.gpu_models,
         )
 

@@ -4,6 +4,7 @@
 from explorer.spec._load import LoadedStudy, read_yaml
 from explorer.spec._models import (
     FAULT_KINDS,
+    LAUNCHER_CONFIGS,
     SYNTHETIC_PRESETS,
     BudgetSpec,
     DatasetSpec,
@@ -14,6 +15,8 @@ from explorer.spec._models import (
     MeasurementSpec,
     MethodSpec,
     ModelSpec,
+    RayLauncherSpec,
+    ReplayLauncherSpec,
     ResourcesSpec,
     SamplerSpec,
     StudySpec,
@@ -27,6 +30,7 @@ __all__ = [
     "BudgetSpec",
     "DatasetSpec",
     "FAULT_KINDS",
+    "LAUNCHER_CONFIGS",
     "DurationSpec",
     "FaultKind",
     "FaultSpec",
@@ -35,6 +39,8 @@ __all__ = [
     "MeasurementSpec",
     "MethodSpec",
     "ModelSpec",
+    "RayLauncherSpec",
+    "ReplayLauncherSpec",
     "ResourcesSpec",
     "SamplerSpec",
     "StudySpec",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Tag, ValidationError
 
 from explorer.errors import SpecError, did_you_mean
 from explorer.paths import check_run_folder, default_output_dir, table_file
@@ -140,32 +140,49 @@ def _refuse_duplicate_keys(name: str, root: yaml.Node | None) -> None:
 
 def pydantic_error(file: str, exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))]
+    loc, models = _study_path([str(p) for p in err["loc"] if not str(p).startswith(("function-", "union["))])
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
-        msg = "unknown key" + did_you_mean(loc[-1], _keys_at(loc[:-1])) if loc else "unknown key"
+        keys = list(models[-1].model_fields) if loc and models[-1] is not None else []
+        msg = "unknown key" + did_you_mean(loc[-1], keys) if loc else "unknown key"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] == "union_tag_invalid":  # a section's kind that no model of the union has
+        loc.append("kind")
+        tags = str((err.get("ctx") or {}).get("expected_tags", "")).split(", ")
+        msg = "Input should be " + (", ".join(tags[:-1]) + " or " + tags[-1] if len(tags) > 1 else tags[0])
     msg = msg.removeprefix("Value error, ")
     return SpecError(file=file, field=".".join(loc), problem=msg)
 
 
-def _keys_at(loc: list[str]) -> list[str]:
-    """The keys of the study-file section at ``loc`` (``["workload", "model"]``), or none."""
-    model: type[BaseModel] = StudySpec
+def _study_path(loc: list[str]) -> tuple[list[str], list[type[BaseModel] | None]]:
+    """The study-file keys of a pydantic error location (the tags pydantic adds for a tagged
+    union, such as a launcher section's kind, left out), and the model each key is a field of."""
+    model: type[BaseModel] | None = StudySpec
+    tagged: dict[str, type[BaseModel]] = {}
+    keys: list[str] = []
+    models: list[type[BaseModel] | None] = []
     for part in loc:
-        field = model.model_fields.get(part)
-        if field is None:
-            return []
-        nested = [
-            t
-            for t in (field.annotation, *typing.get_args(field.annotation))
-            if isinstance(t, type) and issubclass(t, BaseModel)
-        ]
-        if not nested:
-            return []
-        model = nested[0]
-    return list(model.model_fields)
+        if part in tagged:  # the member of the union the section was validated as
+            model, tagged = tagged[part], {}
+            continue
+        keys.append(part)
+        models.append(model)
+        field = model.model_fields.get(part) if model is not None else None
+        model, tagged = _nested(field.annotation if field is not None else None)
+    return keys, models
+
+
+def _nested(annotation: Any) -> tuple[type[BaseModel] | None, dict[str, type[BaseModel]]]:
+    """The model a field's annotation holds (the first), and the members of a tagged union by tag."""
+    found: list[type[BaseModel]] = []
+    tagged: dict[str, type[BaseModel]] = {}
+    for t in (annotation, *typing.get_args(annotation)):
+        inner, *meta = typing.get_args(t) if typing.get_origin(t) is typing.Annotated else (t,)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            found.append(inner)
+            tagged.update({m.tag: inner for m in meta if isinstance(m, Tag)})
+    return (found[0] if found else None), tagged
 
 
 @dataclass(frozen=True)

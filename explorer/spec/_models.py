@@ -12,8 +12,10 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    Tag,
     ValidationInfo,
     field_validator,
     model_serializer,
@@ -34,7 +36,10 @@ __all__ = [
     "DurationSpec",
     "FaultKind",
     "FaultSpec",
+    "LAUNCHER_CONFIGS",
     "LauncherSpec",
+    "RayLauncherSpec",
+    "ReplayLauncherSpec",
     "MeasurementSpec",
     "MethodSpec",
     "ModelSpec",
@@ -493,15 +498,35 @@ class DurationSpec(_Spec):
     that is really running."""
 
 
-class LauncherSpec(_Spec):
-    """Where trials run."""
+class _LauncherSpec(_Spec):
+    """What every launcher kind's section has. A key of another kind's section is refused naming
+    that kind, and a required key missing naming this one."""
 
-    kind: Literal["ray", "replay"] = "ray"
-    """``ray`` runs every trial; ``replay`` answers trials from the recorded ``table``."""
-    table: NonEmptyStr | None = None
-    """``replay`` only: a CSV in the layout of ado's ``ado show entities --output-format csv``
-    (a column per parameter, a column per measured property, ``is_valid``), relative to the
-    study file."""
+    kind: str
+    max_retries: NonNegativeInt = 1
+    """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _check_keys(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        for key in data:
+            owner = next((k for k, m in LAUNCHER_CONFIGS.items() if key in m.model_fields), None)
+            if key not in cls.model_fields and owner is not None:
+                raise ValueError(f"{key} is only for kind: {owner}")
+        missing = [name for name, f in cls.model_fields.items() if f.is_required() and name not in data]
+        if missing:
+            raise ValueError(f"kind: {data.get('kind')} needs a {missing[0]}")
+        return data
+
+
+class RayLauncherSpec(_LauncherSpec):
+    """``kind: ray`` (the default): every trial runs, as Ray actors on a local Ray with logical
+    GPUs or on a Ray cluster."""
+
+    kind: Literal["ray"] = "ray"
+    """Run every trial on Ray."""
     address: NonEmptyStr | None = None
     """Ray cluster address. ``None``: ``RAY_ADDRESS`` if set, else a local Ray with logical GPUs."""
     runner: Literal["torchrun", "accelerate"] = "torchrun"
@@ -510,21 +535,38 @@ class LauncherSpec(_Spec):
     """Fork each rank from a per-node process that has already imported torch and transformers
     (saves about 4-5 s per trial on a CPU, so an OOM is found in about a second). Used with one
     node and the torchrun runner (or one process); ``false`` starts fresh interpreters."""
-    max_retries: NonNegativeInt = 1
-    """Times a FAILED configuration (crash, NCCL, timeout) is re-run."""
-    durations: DurationSpec | None = None
-    """``replay`` only: how long each trial holds its GPUs on the launcher's virtual clock.
-    ``None``: the row's recorded ``wall_seconds`` or ``train_runtime``, else no time at all."""
 
-    @model_validator(mode="after")
-    def _check_table(self) -> LauncherSpec:
-        if self.kind == "replay" and not self.table:
-            raise ValueError("kind: replay needs a table")
-        if self.kind != "replay" and self.table is not None:
-            raise ValueError("table is only for kind: replay")
-        if self.kind != "replay" and self.durations is not None:
-            raise ValueError("durations is only for kind: replay (a real launcher measures them)")
-        return self
+
+class ReplayLauncherSpec(_LauncherSpec):
+    """``kind: replay``: trials answered from a recorded table, on a virtual clock; nothing runs."""
+
+    kind: Literal["replay"] = "replay"
+    """Answer trials from the recorded ``table``."""
+    table: NonEmptyStr
+    """A CSV in the layout of ado's ``ado show entities --output-format csv`` (a column per
+    parameter, a column per measured property, ``is_valid``), relative to the study file."""
+    durations: DurationSpec | None = None
+    """How long each trial holds its GPUs on the launcher's virtual clock. ``None``: the row's
+    recorded ``wall_seconds`` or ``train_runtime``, else no time at all."""
+
+
+LAUNCHER_CONFIGS: dict[str, type[_LauncherSpec]] = {"ray": RayLauncherSpec, "replay": ReplayLauncherSpec}
+"""Each ``launcher.kind`` and its section (:data:`explorer.launch.LAUNCHERS` has the same names)."""
+
+
+def _launcher_kind(value: Any) -> str | None:
+    """The ``kind`` of a launcher section: ``ray`` where a mapping leaves it out."""
+    if isinstance(value, dict):
+        kind = value.get("kind", "ray")
+        return kind if isinstance(kind, str) else repr(kind)
+    return getattr(value, "kind", "ray")
+
+
+LauncherSpec = Annotated[
+    Annotated[RayLauncherSpec, Tag("ray")] | Annotated[ReplayLauncherSpec, Tag("replay")],
+    Discriminator(_launcher_kind),
+]
+"""Where trials run: the section of the kind ``launcher.kind`` names."""
 
 
 class SamplerSpec(_Spec):
@@ -716,7 +758,7 @@ class StudySpec(_Spec):
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    launcher: LauncherSpec = Field(default_factory=LauncherSpec)
+    launcher: LauncherSpec = Field(default_factory=RayLauncherSpec)
     faults: FaultSpec | None = None
     """Fault injection, for testing explorer (see :class:`FaultSpec`)."""
     search_space: str | dict[str, Any]
@@ -759,7 +801,8 @@ class StudySpec(_Spec):
 
     @model_validator(mode="after")
     def _check_faults(self) -> StudySpec:
-        if self.faults is not None and "node_restart" in self.faults.kinds and self.launcher.address:
+        address = self.launcher.address if isinstance(self.launcher, RayLauncherSpec) else None
+        if self.faults is not None and "node_restart" in self.faults.kinds and address:
             raise ValueError(
                 "faults: node_restart restarts the local Ray; it cannot restart a cluster at launcher.address"
             )

@@ -128,43 +128,44 @@ def workload_key(loaded: LoadedStudy) -> str:
       spelled out (it depends on which fields the file gave, which a dump does not show), and
       without ``trial_timeout_s``: a timeout only decides whether a trial fails, and a failed
       trial is never stored;
-    * ``launcher.runner`` (torchrun or accelerate start the ranks differently).
+    * what the launcher's section changes of a measurement (its ``workload_identity``: the Ray
+      launcher's ``runner``, as torchrun or accelerate start the ranks differently; a replay
+      keeps ``torchrun``).
 
     The model's weights are not read: a checkpoint changed in place under the same path keeps its
     key (throughput does not depend on the weights' values).
     """
+    from explorer.launch import launcher_kind
+
     spec = loaded.spec
     measurement = spec.measurement.model_dump(mode="json", exclude={"trial_timeout_s"})
     measurement["stop"] = spec.measurement.rule
-    return _digest(
-        {"workload": _workload(loaded), "measurement": measurement, "runner": spec.launcher.runner}
-    )
+    launcher = launcher_kind(spec).workload_identity(spec)
+    return _digest({"workload": _workload(loaded), "measurement": measurement, **launcher})
 
 
 def hardware_key(loaded: LoadedStudy) -> str:
     """A digest of the hardware a study's trials run on.
 
-    * Ray launcher: the ``resources`` section as the study file states it (``gpu_model``,
+    * By default (the Ray launcher): the ``resources`` section as the study file states it (``gpu_model``,
       ``device``, the ``device_memory_gib`` cap, ``gpus_per_node``, ``nodes``,
       ``cpus_per_trial_process``). The hardware is what the study file says it is; the machine a
       measurement actually ran on is in the stored measurement (its ``fingerprint``), not in the
       key.
-    * Replay launcher: ``replay:`` and a digest of the table file's bytes and the ``gpu_model``
-      that selects its rows, so that answers read from a table never stand in for real hardware,
-      nor for another table, and a table edited in place is a new table.
+    * A launcher whose answers come from elsewhere (its ``hardware_identity``): its name, ``:``
+      and a digest of that identity. The replay launcher's is the table file's bytes and the
+      ``gpu_model`` that selects its rows, so that answers read from a table never stand in for
+      real hardware, nor for another table, and a table edited in place is a new table.
 
     With several GPU models (``resources.gpu_models``, also in the digest) the trial's own model is
     in its configuration key (the ``gpu_model`` knob, where the study searches it), so two models'
     measurements never share a key; one model's digest is that of earlier versions.
     """
-    spec = loaded.spec
-    resources = spec.resources
-    if spec.launcher.kind == "replay":
-        assert loaded.replay_table is not None  # the loader read and checked it
-        table = hashlib.sha256(loaded.replay_table.path.read_bytes()).hexdigest()
-        models = {"gpu_models": dict(sorted(resources.gpu_models.items()))} if resources.gpu_models else {}
-        return "replay:" + _digest({"table_sha256": table, "gpu_model": resources.gpu_model, **models})
-    return _digest(_hardware(loaded))
+    from explorer.launch import launcher_kind
+
+    kind = launcher_kind(loaded.spec)
+    own = kind.hardware_identity(loaded)
+    return f"{kind.name}:" + _digest(own) if own is not None else _digest(_hardware(loaded))
 
 
 @dataclass(frozen=True, kw_only=True)

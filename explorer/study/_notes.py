@@ -192,6 +192,8 @@ def _dataset(loaded: LoadedStudy) -> str:
 
 def study_attrs(loaded: LoadedStudy) -> dict[str, Any]:
     """The study's user attrs that say what it measures and on what (from the study file)."""
+    from explorer.launch import launcher_kind
+
     spec = loaded.spec
     w, r = spec.workload, spec.resources
     model = w.model.name + (f" ({loaded.model_path})" if loaded.model_path else "")
@@ -200,9 +202,7 @@ def study_attrs(loaded: LoadedStudy) -> dict[str, Any]:
     method: str = w.method.kind
     if method == "lora":
         method += f" (r {w.method.r}, alpha {w.method.alpha}, {', '.join(w.method.target_modules)})"
-    launcher: str = spec.launcher.kind
-    if launcher == "replay" and loaded.replay_table is not None:
-        launcher += f" of {loaded.replay_table.path}"
+    launcher = launcher_kind(spec).describe(loaded)
     objectives = f"{spec.objective} ({OBJECTIVES[spec.objective]})"
     if second := spec.second_objective:
         objectives += f", {second} ({SECOND_OBJECTIVES[second]})"
