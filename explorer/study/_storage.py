@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
     from explorer.spec import LoadedStudy
 
-__all__ = ["has_schema", "is_read_only", "load_readonly", "open_storage", "readonly_url", "writable_file"]
+__all__ = [
+    "check_intact",
+    "has_schema",
+    "is_read_only",
+    "load_readonly",
+    "open_storage",
+    "readonly_url",
+    "writable_file",
+]
 
 RETRIES = 5
 _BUSY = ("database is locked", "database is busy", "readonly database", "no such table")
@@ -67,6 +75,7 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
     except Exception as exc:  # any driver error means "unreachable": report it as one line
         raise _unreachable(url, exc, field_file) from None
     if sqlite:
+        check_intact(parsed.database or "", field_file=field_file)
         try:
             _sqlite_schema_at_once(parsed.database or "", timeout=connect_args["timeout"])
         except sqlite3.Error as exc:
@@ -86,6 +95,36 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
                 raise _unreachable(url, exc, field_file) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+def check_intact(database: str, *, field_file: str = "storage") -> None:
+    """Refuse an sqlite file with damaged pages, in one line, before anything reads or writes it.
+
+    sqlite reads a page only when a query needs it, so damage in a table explorer never reads (or
+    has not read yet) goes unseen, and a run writes on into the damaged file. ``PRAGMA
+    quick_check`` reads every page once (milliseconds for a study's file), read-only.
+
+    Raises:
+        SpecError: the file's first problem, and what to do.
+    """
+    if database in ("", ":memory:") or database.startswith("file:") or not Path(database).is_file():
+        return
+    try:
+        con = sqlite3.connect(f"file:{Path(database).resolve()}?mode=ro", uri=True, timeout=60)
+        try:
+            rows = [str(r[0]) for r in con.execute("PRAGMA quick_check(5)").fetchall()]
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:  # not a database, or damaged beyond its header
+        rows = [str(exc)]
+    if rows == ["ok"]:
+        return
+    raise SpecError(
+        file=field_file,
+        field="",
+        problem=f"{database} is damaged (sqlite: {rows[0]}): nothing was read or written; restore it from "
+        f"a copy, or recover what is readable with: sqlite3 {database} .recover | sqlite3 RECOVERED.db",
+    )
 
 
 def _unreachable(url: str, exc: BaseException, field_file: str) -> SpecError:
@@ -183,6 +222,13 @@ def readonly_url(url: str, *, file: str = "storage") -> str:
     return f"sqlite:///file:{path}?mode=ro{immutable}&uri=true"
 
 
+def readonly_path(url: str) -> Path:
+    """The sqlite file of ``url`` (a plain sqlite URL; see :func:`readonly_url`)."""
+    from sqlalchemy.engine import make_url
+
+    return Path(make_url(url).database or "").resolve()
+
+
 def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     """The study of ``loaded``, from its storage opened read-only (nothing is created).
 
@@ -197,6 +243,8 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
     remember_opened(loaded.storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = readonly_url(loaded.storage_url, file=str(loaded.file))
+    if url.startswith("sqlite"):
+        check_intact(str(readonly_path(loaded.storage_url)), field_file=str(loaded.file))
     sqlite = url.startswith("sqlite")
     connect_args = {"timeout": 10} if sqlite else {"connect_timeout": 10}
     where = mask_url(loaded.storage_url)
