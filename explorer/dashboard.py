@@ -12,7 +12,7 @@ from explorer.errors import SpecError
 if TYPE_CHECKING:
     from explorer.spec import LoadedStudy
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "artifact_dir", "read_only", "serve"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "artifact_dir", "dashboard_view", "read_only", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
@@ -41,6 +41,108 @@ def read_only(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[byt
         return [body]
 
     return guarded
+
+
+def _view_class() -> type:
+    """:class:`optuna.storages.BaseStorage` subclass ``DashboardView`` (built on first use, so that
+    importing this module does not import Optuna)."""
+    import abc
+
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial, TrialState
+
+    class DashboardView(BaseStorage):
+        """The study's storage as optuna-dashboard should read it; the record itself unchanged.
+
+        explorer stores an infeasible trial (out of memory, invalid) as COMPLETE with a placeholder
+        value 0 and a constraint > 0, and a power-of-two knob as ``log2_<knob>``: that is what
+        Optuna's samplers and explorer's search read, and a resumed study must read the same. The
+        dashboard, though, lists every COMPLETE trial as a result, picks its best card, history and
+        importances from their values, and prints parameters as stored. So the dashboard is given
+        this view: an infeasible trial of the study reads PRUNED with no value, and each encoded
+        parameter reads in user units (``log2_batch_size`` 6 as ``batch_size`` 64, ``<knob>_index``
+        as the listed value). Every other call goes to the storage as it is."""
+
+        def __init__(
+            self, storage: BaseStorage, study_id: int, encoded: dict[str, tuple[str, tuple[int, ...]]]
+        ):
+            self._storage, self._study_id, self._encoded = storage, study_id, encoded
+            self._ours: set[int] = set()  # the study's trial ids, as far as known
+
+        def _param(self, name: str, value: Any, dist: Any) -> tuple[str, Any, Any]:
+            if name not in self._encoded:
+                return name, value, dist
+            knob, values = self._encoded[name]
+            if name.startswith("log2_"):
+                return knob, 2 ** int(value), IntDistribution(2**dist.low, 2**dist.high, log=True)
+            return knob, values[int(value)], CategoricalDistribution(values)
+
+        def _view(self, t: FrozenTrial, study_id: int) -> FrozenTrial:
+            if study_id != self._study_id:
+                return t
+            shown = [self._param(n, v, t.distributions[n]) for n, v in t.params.items()]
+            infeasible = t.state == TrialState.COMPLETE and max(t.constraints.values(), default=0.0) > 0
+            return FrozenTrial(
+                number=t.number,
+                state=TrialState.PRUNED if infeasible else t.state,
+                value=None,
+                values=None if infeasible else t.values,
+                datetime_start=t.datetime_start,
+                datetime_complete=t.datetime_complete,
+                params={n: v for n, v, _ in shown},
+                distributions={n: d for n, _, d in shown},
+                user_attrs=t.user_attrs,
+                system_attrs=t.system_attrs,
+                intermediate_values=t.intermediate_values,
+                trial_id=t._trial_id,
+            )
+
+        def get_all_trials(
+            self, study_id: int, deepcopy: bool = True, states: Any = None
+        ) -> list[FrozenTrial]:
+            viewed = [
+                self._view(t, study_id) for t in self._storage.get_all_trials(study_id, deepcopy=deepcopy)
+            ]
+            return viewed if states is None else [t for t in viewed if t.state in states]
+
+        def get_trial(self, trial_id: int) -> FrozenTrial:
+            if trial_id not in self._ours:  # a new trial of the study, or another study's
+                self._ours = {
+                    t._trial_id for t in self._storage.get_all_trials(self._study_id, deepcopy=False)
+                }
+            trial = self._storage.get_trial(trial_id)
+            return self._view(trial, self._study_id if trial_id in self._ours else -1)
+
+        def create_new_trial(self, study_id: int, template_trial: FrozenTrial | None = None) -> int:
+            if template_trial is not None:  # the dashboard's rename copies trials: never the view
+                raise RuntimeError("explorer dashboard does not copy trials; rename the study with Optuna")
+            return self._storage.create_new_trial(study_id)
+
+    def _delegate(name: str) -> Any:
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return getattr(self._storage, name)(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    for name in BaseStorage.__abstractmethods__:
+        if name not in DashboardView.__dict__:
+            setattr(DashboardView, name, _delegate(name))
+    abc.update_abstractmethods(DashboardView)  # type: ignore[type-abstract]  # made concrete above
+    return DashboardView
+
+
+def dashboard_view(storage: Any, loaded: LoadedStudy) -> Any:
+    """``storage`` as optuna-dashboard should read ``loaded``'s study (the class's docstring)."""
+    from explorer.space._domain import Ordered
+
+    encoded = {}
+    for name, domain in loaded.space.domains.items():
+        if isinstance(domain, Ordered) and domain.param_name(name) != name:
+            encoded[domain.param_name(name)] = (name, domain.values)
+    study_id = storage.get_study_id_from_name(loaded.spec.name)
+    return _view_class()(storage, study_id, encoded)
 
 
 def artifact_dir(loaded: LoadedStudy) -> Path:
@@ -96,7 +198,8 @@ def serve(
         "read and write (--allow-writes)" if allow_writes else f"read-only: {READ_ONLY_REASON.split('; ')[1]}"
     )
     printer("Ctrl-C stops it")
-    app = optuna_dashboard.wsgi(storage, artifact_store=FileSystemArtifactStore(artifacts))
+    view = dashboard_view(storage, loaded)
+    app = optuna_dashboard.wsgi(view, artifact_store=FileSystemArtifactStore(artifacts))
     try:
         run(app if allow_writes else read_only(app), host=host, port=port)
     except OSError as exc:  # the address is taken, or not this machine's
