@@ -1,18 +1,37 @@
-"""The files a user runs next: an accelerate config from ``launchers/accelerate``, the Trainer's
-arguments, and the ``torchrun`` / ``accelerate launch`` command lines of ``explorer.train_best``."""
+"""The files a user runs next: an accelerate config from ``launchers/accelerate``, and the
+``torchrun`` / ``accelerate launch`` command lines; all from :mod:`explorer.settings`, the one
+mapping of a configuration to every launcher's settings (re-exported here)."""
 
 from __future__ import annotations
 
-import re
-import shlex
-import string
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import yaml
+from explorer.settings import (
+    MASTER_PORT,
+    NODE_VARIABLES,
+    TEMPLATES,
+    accelerate_command,
+    accelerate_values,
+    mixed_precision,
+    nodes_note,
+    render_accelerate,
+    template_for,
+    torchrun_command,
+    user_accelerate_command,
+    user_torchrun_command,
+)
 
-from explorer.trial_config import TrialConfig
+if TYPE_CHECKING:
+    from explorer.settings import LaunchSettings
+    from explorer.trial_config import TrialConfig
 
 __all__ = [
+    "MASTER_PORT",
+    "UserFiles",
+    "NODE_VARIABLES",
     "TEMPLATES",
     "accelerate_command",
     "accelerate_values",
@@ -21,180 +40,59 @@ __all__ = [
     "render_accelerate",
     "template_for",
     "torchrun_command",
+    "user_accelerate_command",
+    "user_torchrun_command",
+    "write_user_files",
 ]
 
 
-def _templates() -> Path:
-    """``launchers/accelerate``: in the source tree, or inside an installed package (the wheel
-    ships ``launchers/`` as ``explorer/launchers``)."""
-    package = Path(__file__).resolve().parents[1]
-    installed = package / "launchers" / "accelerate"
-    return installed if installed.is_dir() else package.parent / "launchers" / "accelerate"
+@dataclass(frozen=True)
+class UserFiles:
+    """What a user's own run takes beside training_arguments.json and accelerate.yaml."""
+
+    sft_config: Path
+    """TRL's ``SFTConfig(**json.load(...))``."""
+    run_settings: Path
+    """What no Hugging Face setting holds, and the call that applies it."""
+    torchrun: str
+    """A plain Trainer under torchrun (``explorer.user_train``, or your script in its place)."""
+    accelerate: str
+    """The same under ``accelerate launch --config_file accelerate.yaml``."""
+    sft: str
+    """TRL's SFTTrainer under torchrun."""
+
+    def lines(self) -> list[str]:
+        """What ``explorer best`` prints and ``launch.sh`` notes about them."""
+        return [
+            f"TRL SFTConfig:      {self.sft_config}",
+            f"run settings:       {self.run_settings} (what no Hugging Face setting holds: "
+            "explorer.settings.RunSettings.load(it).prepare_model(model) / .data_collator())",
+            "your own run, from these files alone (explorer.user_train, or your script in its place):",
+            f"  {self.torchrun}",
+            f"  {self.accelerate}",
+            f"  {self.sft}",
+        ]
 
 
-TEMPLATES = _templates()
-"""The accelerate config templates (``${NAME}`` placeholders)."""
+def write_user_files(
+    out_dir: Path, config: TrialConfig, settings: LaunchSettings, *, sft_config: dict[str, Any]
+) -> UserFiles:
+    """Write ``sft_config.json`` (``sft_config``: the chosen ``SFTConfig`` keywords) and
+    ``run_settings.json`` (with the user commands) into ``out_dir``; return them."""
+    from explorer.paths import write_atomic
 
-_PLACEHOLDER = re.compile(r"\$\{([A-Z_]+)\}")
-_DYNAMIC_SHAPES = """\
-dynamo_config:                  # padding: {padding}: batches change shape from step to step
-  dynamo_use_dynamic: true      # torch.compile(dynamic=True) from the first step: one compile
-"""
-
-
-def template_for(config: TrialConfig) -> str:
-    """The template file name for ``config``: ``fsdp1.yaml``, ``fsdp2.yaml`` or ``ddp.yaml``
-    (DDP, and one process, which renders ``ddp.yaml`` with ``distributed_type: NO``)."""
-    if config.distributed_backend == "FSDP":
-        return f"fsdp{config.fsdp_version or 1}.yaml"
-    return "ddp.yaml"
-
-
-def mixed_precision(device_type: str, torch_dtype: str) -> str:
-    """accelerate's ``mixed_precision``: the workload's dtype on CUDA, ``no`` on the CPU (the worker
-    trains in float32 there)."""
-    if device_type != "cuda":
-        return "no"
-    return {"bfloat16": "bf16", "float16": "fp16"}.get(torch_dtype, "no")
-
-
-def accelerate_values(
-    config: TrialConfig, *, device_type: str, torch_dtype: str, layer_classes: list[str] | None
-) -> dict[str, str]:
-    """The template's placeholder values for ``config``, as YAML scalars.
-
-    Args:
-        config: The configuration to run.
-        device_type: ``cuda`` or ``cpu``.
-        torch_dtype: The workload's ``torch_dtype``.
-        layer_classes: FSDP: the decoder layer classes to wrap (from the model class).
-
-    Raises:
-        ValueError: FSDP without ``layer_classes``.
-    """
-    yes_no = {True: "true", False: "false"}
-    values = {
-        "NUMBER_GPUS": str(config.number_gpus),
-        "NUMBER_NODES": str(config.number_nodes or 1),
-        # quoted: YAML 1.1 (accelerate's loader) reads a bare no as false
-        "MIXED_PRECISION": f'"{mixed_precision(device_type, torch_dtype)}"',
-        # FSDP on one GPU too (with CPU offload): accelerate's FSDP type, a world of one process
-        "DISTRIBUTED_TYPE": "FSDP"
-        if config.distributed_backend == "FSDP"
-        else "MULTI_GPU"
-        if config.number_gpus > 1
-        else '"NO"',  # not false
-        # as training_arguments.json's use_cpu, but where accelerate would then start one process
-        # only: a CPU run of several processes (see render_accelerate's note)
-        "USE_CPU": yes_no[device_type == "cpu" and config.number_gpus == 1],
+    accelerate_yaml = out_dir / "accelerate.yaml"
+    user = UserFiles(
+        sft_config=out_dir / "sft_config.json",
+        run_settings=out_dir / "run_settings.json",
+        torchrun=user_torchrun_command(config, settings_dir=out_dir),
+        accelerate=user_accelerate_command(config, config_file=accelerate_yaml, settings_dir=out_dir),
+        sft=user_torchrun_command(config, settings_dir=out_dir, trainer="sft"),
+    )
+    run = {
+        **settings.run.to_dict(),
+        "commands": {"torchrun": user.torchrun, "accelerate": user.accelerate, "sft": user.sft},
     }
-    if config.distributed_backend == "FSDP":
-        if not layer_classes:
-            raise ValueError("FSDP needs the decoder layer classes to wrap")
-        values.update(
-            DECODER_LAYER_CLASS=",".join(layer_classes),
-            SHARDING_STRATEGY=config.fsdp_sharding_strategy or "FULL_SHARD",
-            RESHARD_AFTER_FORWARD=yes_no[config.fsdp_sharding_strategy == "FULL_SHARD"],
-            OFFLOAD_PARAMS=yes_no[bool(config.fsdp_cpu_offload)],
-            ACTIVATION_CHECKPOINTING=yes_no[config.gradient_checkpointing],
-            # as the worker: accelerate's sync_module_states needs an accelerator
-            SYNC_MODULE_STATES=yes_no[device_type == "cuda"],
-            # accelerate refuses cpu_ram_efficient_loading without sync_module_states
-            CPU_RAM_EFFICIENT_LOADING=yes_no[device_type == "cuda"],
-        )
-    return values
-
-
-def render_accelerate(
-    config: TrialConfig,
-    *,
-    device_type: str,
-    torch_dtype: str,
-    layer_classes: list[str] | None,
-    header: tuple[str, ...] = (),
-    templates: Path = TEMPLATES,
-) -> str:
-    """The accelerate config YAML for ``config``: its template with every placeholder filled.
-
-    Args:
-        config: The configuration to run.
-        device_type: ``cuda`` or ``cpu``.
-        torch_dtype: The workload's ``torch_dtype``.
-        layer_classes: FSDP: the decoder layer classes to wrap.
-        header: Comment lines (without ``#``) put before the template.
-        templates: The folder of ``ddp.yaml``, ``fsdp1.yaml`` and ``fsdp2.yaml``.
-
-    Raises:
-        FileNotFoundError: The templates are not there.
-        ValueError: A placeholder is left, or the result is not a YAML mapping.
-    """
-    path = templates / template_for(config)
-    if not path.is_file():
-        raise FileNotFoundError(f"accelerate template {path} not found")
-    values = accelerate_values(
-        config, device_type=device_type, torch_dtype=torch_dtype, layer_classes=layer_classes
-    )
-    text = string.Template(path.read_text()).safe_substitute(values)
-    left = sorted(set(_PLACEHOLDER.findall(text)))
-    if left:
-        raise ValueError(f"{path}: placeholders left after rendering: {', '.join(left)}")
-    notes = list(header)
-    if device_type != "cuda" and config.number_gpus > 1:
-        # accelerate starts a single process when use_cpu is true; the Trainer's use_cpu (in the
-        # training arguments) is what puts the ranks on the CPU.
-        notes.append(
-            "CPU: use_cpu stays false here, while training_arguments.json has use_cpu: true: with it "
-            "accelerate would start one process, not every rank (the ranks run on the CPU with gloo)."
-        )
-    if config.compiles_dynamic:  # as the worker compiles it (accelerate launch tells the Trainer)
-        text = text.rstrip() + "\n" + _DYNAMIC_SHAPES.format(padding=config.padding)
-    rendered = "\n".join([*(f"# {line}".rstrip() for line in notes), text.rstrip()]) + "\n"
-    if not isinstance(yaml.safe_load(rendered), dict):
-        raise ValueError(f"{path}: the rendered config is not a mapping")
-    return rendered
-
-
-def _entry(job_file: Path, steps: int) -> str:
-    return shlex.join(["-m", "explorer.train_best", "--job", str(job_file), "--steps", str(steps)])
-
-
-MASTER_PORT = 29500
-"""The rendezvous port of a multi-node run's node 0."""
-NODE_VARIABLES = '--node_rank "$NODE_RANK" --master_addr "$MASTER_ADDR" --master_port ' + str(MASTER_PORT)
-"""A multi-node run's torchrun arguments that differ per node: run the command on every node with
-``NODE_RANK`` (0 .. nodes - 1) and ``MASTER_ADDR`` (node 0's address) set."""
-
-
-def nodes_note(config: TrialConfig) -> str | None:
-    """How to start a run of several nodes (``None`` for one node)."""
-    nodes = int(config.number_nodes or 1)
-    if nodes == 1:
-        return None
-    return (
-        f"{nodes} nodes of {config.number_gpus // nodes} GPUs: run the command on each node with NODE_RANK "
-        f"(0 to {nodes - 1}) and MASTER_ADDR (node 0's address) set"
-    )
-
-
-def torchrun_command(config: TrialConfig, *, job_file: Path, steps: int) -> str:
-    """``torchrun --standalone --nproc_per_node N -m explorer.train_best --job FILE --steps S``; on
-    several nodes ``--nnodes K --nproc_per_node N/K`` and the per-node :data:`NODE_VARIABLES`."""
-    nodes = int(config.number_nodes or 1)
-    per_node = str(config.number_gpus // nodes)
-    if nodes == 1:
-        return f"{shlex.join(['torchrun', '--standalone', '--nproc_per_node', per_node])} {_entry(job_file, steps)}"
-    head = shlex.join(["torchrun", "--nnodes", str(nodes), "--nproc_per_node", per_node])
-    return f"{head} {NODE_VARIABLES} {_entry(job_file, steps)}"
-
-
-def accelerate_command(
-    *, config_file: Path, job_file: Path, steps: int, config: TrialConfig | None = None
-) -> str:
-    """``accelerate launch --config_file FILE -m explorer.train_best --job FILE --steps S``; on
-    several nodes (``config``) with each node's ``--machine_rank`` and node 0's address."""
-    head = shlex.join(["accelerate", "launch", "--config_file", str(config_file)])
-    if config is not None and int(config.number_nodes or 1) > 1:
-        head += (
-            f' --machine_rank "$NODE_RANK" --main_process_ip "$MASTER_ADDR" --main_process_port {MASTER_PORT}'
-        )
-    return f"{head} {_entry(job_file, steps)}"
+    write_atomic(user.sft_config, json.dumps(sft_config, indent=2) + "\n")
+    write_atomic(user.run_settings, json.dumps(run, indent=2) + "\n")
+    return user

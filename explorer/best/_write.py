@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.best._render import accelerate_command, nodes_note, render_accelerate, torchrun_command
+from explorer.best._render import (
+    UserFiles,
+    accelerate_command,
+    nodes_note,
+    torchrun_command,
+    write_user_files,
+)
 from explorer.best._select import Selection
 from explorer.job import TrialJob
 from explorer.study import config_of, describe
@@ -43,6 +49,8 @@ class BestFiles:
     launch_script: Path
     torchrun: str
     accelerate: str
+    user: UserFiles | None = None
+    """sft_config.json, run_settings.json and a user's script's commands."""
 
 
 def device_type_of(loaded: LoadedStudy, trial: optuna.trial.FrozenTrial | None) -> str:
@@ -102,7 +110,7 @@ def write_config(
     """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
     may hold more GPUs than any trial did); ``title`` heads each file."""
     from explorer.paths import inside, write_atomic
-    from explorer.worker._train import training_kwargs
+    from explorer.settings import launch_settings
 
     job = TrialJob.for_study(loaded, config, trial_number=trial_number)
     layers = _layer_classes(loaded, job)
@@ -114,6 +122,8 @@ def write_config(
             "benchmark_arguments.json",
             "job.json",
             "launch.sh",
+            "sft_config.json",
+            "run_settings.json",
         )
     }
     inside(out_dir, files.values(), file=str(loaded.file))
@@ -122,19 +132,9 @@ def write_config(
         title,
         f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
     )
-    write_atomic(
-        files["accelerate.yaml"],
-        render_accelerate(
-            job.config,
-            device_type=device_type,
-            torch_dtype=job.workload.torch_dtype,
-            layer_classes=layers,
-            header=header,
-        ),
-    )
-    chosen, benchmark = split_arguments(
-        job, training_kwargs(job, device_type=device_type, layer_classes=layers)
-    )
+    settings = launch_settings(job, device_type=device_type, layer_classes=layers, header=header)
+    write_atomic(files["accelerate.yaml"], settings.accelerate)
+    chosen, benchmark = split_arguments(job, settings.training_arguments)
     write_atomic(files["training_arguments.json"], json.dumps(chosen, indent=2) + "\n")
     write_atomic(files["benchmark_arguments.json"], json.dumps(benchmark, indent=2) + "\n")
     write_atomic(files["job.json"], json.dumps(json.loads(job.to_json()), indent=2) + "\n")
@@ -147,6 +147,9 @@ def write_config(
         launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate),
     )
     files["launch.sh"].chmod(0o755)
+    user = write_user_files(
+        out_dir, job.config, settings, sft_config=split_arguments(job, settings.sft_config)[0]
+    )
     return BestFiles(
         accelerate_config=files["accelerate.yaml"],
         training_arguments=files["training_arguments.json"],
@@ -155,6 +158,7 @@ def write_config(
         launch_script=files["launch.sh"],
         torchrun=torchrun,
         accelerate=accelerate,
+        user=user,
     )
 
 
@@ -252,6 +256,7 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
         f"training arguments: {files.training_arguments} (chosen; benchmark-only settings apart: "
         f"{files.benchmark_arguments.name})",
         *outside_training_arguments(config),
+        *(files.user.lines() if files.user is not None else []),
         f"job:                {files.job}",
         f"launch script:      {files.launch_script}",
         "check that it runs here (a short benchmark run; it saves nothing):",

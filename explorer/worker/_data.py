@@ -20,11 +20,19 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from explorer.settings import PAD_ID, collator_for, pad_item
 from explorer.spec import DatasetSpec
 
-__all__ = ["JsonlText", "Repeated", "SyntheticTokens", "collator_for", "entry_length", "filled", "pad_item"]
-
-PAD_ID = 0
+__all__ = [
+    "PAD_ID",
+    "JsonlText",
+    "Repeated",
+    "SyntheticTokens",
+    "collator_for",
+    "entry_length",
+    "filled",
+    "pad_item",
+]
 
 
 def entry_length(spec: DatasetSpec, index: int) -> int:
@@ -46,18 +54,6 @@ def entry_length(spec: DatasetSpec, index: int) -> int:
         z = float(torch.randn((), generator=g))
         return min(hi, max(lo, round(spec.median_tokens * math.exp(spec.sigma * z))))
     return int(torch.randint(lo, hi + 1, (1,), generator=g))
-
-
-def pad_item(ids: torch.Tensor, max_length: int) -> dict[str, torch.Tensor]:
-    """Truncate and right-pad one entry; padding is masked out of attention and loss."""
-    ids = ids[:max_length]
-    n = ids.numel()
-    input_ids = torch.full((max_length,), PAD_ID, dtype=torch.long)
-    input_ids[:n] = ids
-    mask = torch.zeros(max_length, dtype=torch.long)
-    mask[:n] = 1
-    labels = input_ids.masked_fill(mask == 0, -100)
-    return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
 class SyntheticTokens(Dataset[dict[str, torch.Tensor]]):
@@ -127,29 +123,3 @@ def filled(dataset: Any, samples_per_step: int) -> Any:
     if len(dataset) >= samples_per_step:
         return dataset
     return Repeated(dataset, length=samples_per_step)
-
-
-def _unpadded(item: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    n = int(item["attention_mask"].sum())
-    return {"input_ids": item["input_ids"][:n]}
-
-
-def _longest(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """The batch padded to its longest entry only."""
-    n = max(int(item["attention_mask"].sum()) for item in items)
-    return {key: torch.stack([item[key][:n] for item in items]) for key in items[0]}
-
-
-def collator_for(padding: str = "max_length") -> Any:
-    """The data collator of a ``padding`` mode (``None``: the Trainer's default, which stacks the
-    items as they are, padded to ``model_max_length``)."""
-    if padding == "max_length":
-        return None
-    if padding == "longest":
-        return _longest
-    if padding == "packed":
-        from transformers import DataCollatorWithFlattening
-
-        flatten = DataCollatorWithFlattening(return_position_ids=True, separator_id=-100)
-        return lambda items: flatten([_unpadded(item) for item in items])
-    raise ValueError(f"unknown padding {padding!r}")

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
+from explorer.settings import FsdpOnCpu
 from explorer.spec import MeasurementSpec
 from explorer.worker._compile import compile_count, compiling_steps
 from explorer.worker._stopping import Decision, decide, warmup_at_least
@@ -40,32 +41,14 @@ class StepLog:
     run_samples: int = 0
 
 
-class CountingTrainer(Trainer):
+class CountingTrainer(FsdpOnCpu, Trainer):
     """A Trainer that counts the tokens of every micro-batch it trains on.
 
-    It also lets FSDP run on the CPU: accelerate only turns its FSDP plugin on for accelerator
-    devices (the MULTI_CPU state ignores it), so on CPU the state is switched to FSDP here. On CUDA
-    this is a no-op.
+    On the CPU it runs FSDP through :class:`explorer.settings.FsdpOnCpu` (accelerate ignores FSDP
+    there); on CUDA that is a no-op.
     """
 
     step_log: StepLog
-
-    def create_accelerator_and_postprocess(self) -> None:
-        super().create_accelerator_and_postprocess()
-        if self.args.fsdp_plugin_args is None or self.is_fsdp_enabled:
-            return
-        from accelerate.state import PartialState
-        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
-
-        state = self.accelerator.state
-        if state.distributed_type is not DistributedType.MULTI_CPU:
-            return
-        plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
-        # FSDP1 compares its compute device torch.device("cpu") with device_id; "cpu:0" would differ.
-        state.device = PartialState._shared_state["device"] = torch.device("cpu")
-        state.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-        state.fsdp_plugin = plugin
-        self.is_fsdp_enabled = True
 
     def training_step(self, model: Any, inputs: dict[str, Any], num_items_in_batch: Any = None) -> Any:
         mask = inputs.get("attention_mask")

@@ -25,6 +25,7 @@ from explorer.job import TrialJob
 from explorer.knobs import run_options
 from explorer.measurement import Measurement, Outcome, Properties
 from explorer.oom import failure_line
+from explorer.settings import BENCHMARK_ONLY, fsdp_environment, process_group_backend, training_kwargs
 from explorer.trial_config import TrialConfig
 from explorer.worker._compile import compile_plan, compile_record, trained_model
 from explorer.worker._memory import MemoryCap, is_oom, memory_figures, memory_limit_bytes, peak_memory_bytes
@@ -43,20 +44,6 @@ __all__ = [
 ]
 
 GIB = 2**30
-BENCHMARK_ONLY: dict[str, Any] = dict(
-    learning_rate=1e-5,
-    weight_decay=0.0,
-    lr_scheduler_type="constant",
-    train_sampling_strategy="sequential",
-    dataloader_num_workers=0,
-    save_strategy="no",
-    logging_strategy="no",
-    report_to="none",
-    disable_tqdm=True,
-    seed=0,
-)
-"""TrainingArguments the benchmark sets for itself, whatever the configuration: no study chose them,
-and the real run sets its own (a study's ``workload.training_arguments`` overrides them)."""
 
 
 class Phases:
@@ -87,95 +74,16 @@ def pick_device(requested: str) -> torch.device:
 def training_arguments(
     job: TrialJob, *, device: torch.device, output_dir: str, layer_classes: list[str] | None
 ) -> Any:
-    """The TrainingArguments for ``job.config``: backend, sharding and checkpointing from the trial."""
+    """The TrainingArguments for ``job.config`` (:func:`explorer.settings.training_kwargs`), with
+    the environment they need (FSDP1's strategy: :func:`explorer.settings.fsdp_environment`).
+    Liger is left out: the worker patches it itself, to record what changed."""
     from transformers import TrainingArguments
 
-    c: TrialConfig = job.config
-    if c.distributed_backend == "FSDP" and c.fsdp_version == 1:
-        # accelerate 1.15 gives FSDP1 `sharding_strategy` (defaulting to this variable, else
-        # FULL_SHARD) precedence over `reshard_after_forward`, where transformers puts the
-        # strategy: without this, every FSDP1 trial would silently run FULL_SHARD.
-        os.environ["FSDP_SHARDING_STRATEGY"] = (c.fsdp_sharding_strategy or "FULL_SHARD").upper()
-    kwargs = training_kwargs(job, device_type=device.type, layer_classes=layer_classes)
-    return TrainingArguments(output_dir=output_dir, max_steps=job.measurement.step_budget, **kwargs)
-
-
-def training_kwargs(job: TrialJob, *, device_type: str, layer_classes: list[str] | None) -> dict[str, Any]:
-    """The keyword arguments of ``TrainingArguments`` for ``job.config``, but ``output_dir`` and
-    ``max_steps``: plain JSON values (``explorer best`` writes them out as they are).
-
-    Args:
-        job: The trial.
-        device_type: ``cuda`` or ``cpu``, the device the ranks train on.
-        layer_classes: FSDP only: the decoder layer classes to wrap one by one.
-    """
-    from transformers import TrainingArguments
-
-    c: TrialConfig = job.config
-    kwargs: dict[str, Any] = {}
-    cuda = device_type == "cuda"
-    if cuda:
-        # mixed precision autocasts float32 weights; pure bf16 weights need no autocast
-        mixed = c.precision == "mixed"
-        kwargs["bf16"] = mixed and job.workload.torch_dtype == "bfloat16"
-        kwargs["fp16"] = mixed and job.workload.torch_dtype == "float16"
-    else:
-        kwargs["use_cpu"] = True
-    kwargs["ddp_backend"] = process_group_backend(c, device_type=device_type)
-    if c.distributed_backend == "DDP":
-        # every parameter that requires a gradient gets one each step (LoRA's frozen base needs
-        # none): DDP's search for unused parameters only costs time, and warned in every log
-        kwargs["ddp_find_unused_parameters"] = False
-    if c.distributed_backend == "FSDP":
-        strategy = (c.fsdp_sharding_strategy or "FULL_SHARD").lower()
-        fsdp_config: dict[str, Any] = {
-            "version": c.fsdp_version,
-            "transformer_layer_cls_to_wrap": layer_classes,
-            # every layer: FSDP's checkpoint wrappers; some layers: the worker, layer by layer
-            "activation_checkpointing": c.gradient_checkpointing and c.checkpoint_fraction == 1.0,
-            "cpu_offload": c.fsdp_cpu_offload,
-            # accelerate's sync_module_states needs an accelerator; every rank builds the same
-            # seeded model anyway.
-            "sync_module_states": cuda,
-        }
-        # FSDP2 only knows "reshard after forward" (FULL_SHARD) or not (SHARD_GRAD_OP); FSDP1 takes
-        # the strategy's name. (The legacy `fsdp="full_shard auto_wrap"` strings are deprecated.)
-        fsdp_config["reshard_after_forward"] = (
-            c.fsdp_sharding_strategy == "FULL_SHARD" if c.fsdp_version == 2 else strategy
-        )
-        kwargs["fsdp"] = True
-        kwargs["fsdp_config"] = fsdp_config
-        gradient_checkpointing = False  # FSDP checkpoints through activation_checkpointing
-    else:  # some layers only: the worker checkpoints them itself (apply_selective_checkpointing)
-        gradient_checkpointing = c.gradient_checkpointing and c.checkpoint_fraction == 1.0
-    # transformers renamed gradient_checkpointing to activation_checkpointing during 5.x
-    # (5.17 knows only the old name, 5.23 warns about it); pass whichever this version has.
-    ckpt = (
-        "activation_checkpointing"
-        if "activation_checkpointing" in TrainingArguments.__dataclass_fields__
-        else "gradient_checkpointing"
+    os.environ.update(fsdp_environment(job.config))
+    kwargs = training_kwargs(
+        job, device_type=device.type, layer_classes=layer_classes, liger_in_trainer=False
     )
-    kwargs[ckpt] = gradient_checkpointing
-    kwargs[f"{ckpt}_kwargs"] = {"use_reentrant": False} if gradient_checkpointing else None
-    out: dict[str, Any] = dict(per_device_train_batch_size=c.per_device_batch_size, **BENCHMARK_ONLY)
-    out.update(job.workload.training_arguments)  # the study's own (never a field explorer decides)
-    return {**out, **run_options(c, "training_args"), **kwargs}
-
-
-def process_group_backend(c: TrialConfig, *, device_type: str) -> str | None:
-    """The backends of the trial's process group (``None``: no group, one plain process).
-
-    FSDP's CPU offload keeps gradients on the host, so its gradient clipping all-reduces a CPU
-    tensor: an NCCL-only group fails there ("No backend type associated with device type cpu",
-    pytorch#148532). accelerate adds ``cpu:gloo`` only when ``ACCELERATE_USE_FSDP`` and
-    ``FSDP_OFFLOAD_PARAMS`` are in the environment; transformers passes offload as a plugin
-    argument instead, so the worker names both backends itself.
-    """
-    if not c.process_group:
-        return None
-    if device_type != "cuda":
-        return "gloo"
-    return "cuda:nccl,cpu:gloo" if c.sharded and c.fsdp_cpu_offload else "nccl"
+    return TrainingArguments(output_dir=output_dir, max_steps=job.measurement.step_budget, **kwargs)
 
 
 def process_group_record() -> dict[str, Any]:
@@ -189,8 +97,8 @@ def process_group_record() -> dict[str, Any]:
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
+    from explorer.settings import collator_for
     from explorer.worker._apply import unmet_needs
-    from explorer.worker._data import collator_for
     from explorer.worker._model import decoder_layer_classes, load_config
     from explorer.worker._timing import CountingTrainer, StepClock, StepLog
 
@@ -282,10 +190,12 @@ def _local_processes() -> int:
 
 def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[str, Any]]:
     """The model, the knobs the worker applies itself applied, and what they did."""
-    from explorer.worker._apply import model_dtype
+    from explorer.settings import model_kwargs
     from explorer.worker._model import build_model
 
     c = job.config
+    options = model_kwargs(c)  # as a user's run builds it (run_settings.json)
+    dtype = getattr(torch, options.pop("dtype"))
     model = build_model(
         job.workload.model,
         job.model_path,
@@ -294,8 +204,8 @@ def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[
         method=job.workload.method,
         # every rank holds the whole model anyway (one process or DDP): build it on the GPU
         init_device=device if device.type == "cuda" and c.distributed_backend != "FSDP" else None,
-        options=run_options(c, "model_kwarg"),
-        dtype=model_dtype(c),
+        options=options,
+        dtype=dtype,
     )
     return model, _apply_knobs(model, c)
 
@@ -303,7 +213,7 @@ def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[
 def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
     """Liger's kernels and selective checkpointing, applied to the model before the Trainer
     wraps it; what was really applied, for the measurement's ``extra``."""
-    from explorer.worker._apply import apply_liger, apply_selective_checkpointing
+    from explorer.settings import apply_liger, apply_selective_checkpointing, selective_checkpointing
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     applied: dict[str, Any] = {
@@ -311,7 +221,7 @@ def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
         "attention_in_model": getattr(base.config, "_attn_implementation", None),
     }
     applied.update(apply_liger(model, c))
-    if c.gradient_checkpointing and c.checkpoint_fraction < 1.0:
+    if selective_checkpointing(c):
         applied.update(apply_selective_checkpointing(model, c.checkpoint_fraction))
     return applied
 
