@@ -25,6 +25,8 @@ from explorer.spec._models import (
     parse_amount,
     parse_hours,
 )
+from explorer.spec._objectives import OBJECTIVE_TABLE, Objective
+from explorer.spec._reference import study_file_page
 
 __all__ = [
     "BudgetSpec",
@@ -50,4 +52,7 @@ __all__ = [
     "parse_amount",
     "parse_hours",
     "read_yaml",
+    "study_file_page",
+    "Objective",
+    "OBJECTIVE_TABLE",
 ]
