@@ -1,4 +1,6 @@
-"""Launchers: start a trial's processes (one per GPU) and return a typed measurement."""
+"""Launchers: the registry of launcher kinds (:data:`LAUNCHERS`, each answering for itself), and
+the launchers that start a trial's processes (one per GPU), or answer it from a table, as a typed
+measurement."""
 
 from explorer.launch._command import trial_command, trial_environment, zygote_environment
 from explorer.launch._contract import Launcher, LauncherKind, launcher_section
