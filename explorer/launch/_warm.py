@@ -19,10 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["WarmRank", "ensure_zygote", "kill_ranks", "spawn_rank", "wait_ranks"]
+__all__ = ["WarmRank", "ensure_zygote", "kill_ranks", "spawn_rank", "sweep", "wait_ranks"]
 
 START_TIMEOUT_S = 180.0
 IDLE_EXIT_S = 300.0
@@ -53,14 +54,34 @@ def _zygote_dir() -> Path:
 
 
 def _connectable(sock: Path) -> bool:
-    if not sock.exists():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(sock))
-        except OSError:
-            return False
-    return True
+    from explorer.worker._zygote import answers
+
+    return sock.exists() and answers(sock)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``, a file that still has that name once locked (a zygote
+    that ends removes its lock file under the lock: :func:`explorer.worker._zygote.remove_files`)."""
+    while True:
+        with path.open("a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                yield
+                return
+
+
+def sweep(folder: Path, *, keep: Path | None = None) -> int:
+    """Remove the files of every zygote in ``folder`` that no longer answers and that nobody is
+    starting (killed zygotes, ended runs), ``keep`` aside; how many zygotes' files went."""
+    from explorer.worker._zygote import remove_files
+
+    socks = {p.with_suffix(".sock") for p in folder.glob("zygote-*.lock")} - {keep}
+    return sum(remove_files(s) for s in sorted(socks))
 
 
 def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path:
@@ -76,8 +97,8 @@ def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path:
     ).hexdigest()[:16]
     folder = _zygote_dir()
     sock = folder / f"zygote-{key}.sock"
-    with (folder / f"zygote-{key}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter per key, even with parallel trials
+    sweep(folder, keep=sock)
+    with _locked(folder / f"zygote-{key}.lock"):  # one starter per key, even with parallel trials
         if _connectable(sock):
             return sock
         sock.unlink(missing_ok=True)

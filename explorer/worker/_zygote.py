@@ -23,6 +23,7 @@ without a rank.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import selectors
@@ -186,7 +187,48 @@ def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
         with contextlib.suppress(OSError):
             if os.stat(sock_path).st_ino == inode:  # not a successor's socket
                 sock_path.unlink()
+        remove_files(sock_path)
     return 0
+
+
+def remove_files(sock_path: Path) -> bool:
+    """Remove the files of the zygote at ``sock_path`` (``zygote-<key>.sock``, ``.lock``, an
+    empty ``.log``, a killed start's ``.<pid>.tmp``) unless a starter holds its lock or a zygote
+    answers on it; whether they were removed.
+
+    A starter locks ``.lock`` and then checks that the path still names the file it locked
+    (:func:`explorer.launch._warm.ensure_zygote`), so removing it under the lock is safe."""
+    lock_path = sock_path.with_suffix(".lock")
+    try:
+        fh = lock_path.open("a")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            same = os.fstat(fh.fileno()).st_ino == os.stat(lock_path).st_ino
+        except OSError:  # held by a starter, or removed meanwhile
+            return False
+        if not same or answers(sock_path):
+            return False
+        log = sock_path.with_suffix(".log")
+        with contextlib.suppress(OSError):
+            if log.stat().st_size == 0:
+                log.unlink()
+        for stale in [sock_path, *sock_path.parent.glob(f"{sock_path.stem}.*.tmp"), lock_path]:
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+    return True
+
+
+def answers(sock_path: Path) -> bool:
+    """Whether a zygote accepts connections on ``sock_path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(sock_path))
+        except OSError:
+            return False
+    return True
 
 
 def _reap(children: dict[int, socket.socket], selector: selectors.BaseSelector) -> None:
