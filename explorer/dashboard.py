@@ -52,6 +52,8 @@ def _view_class() -> type:
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial, TrialState
 
+    from explorer.record import copy_trial
+
     class DashboardView(BaseStorage):
         """The study's storage as optuna-dashboard should read it; the record itself unchanged.
 
@@ -83,19 +85,12 @@ def _view_class() -> type:
                 return t
             shown = [self._param(n, v, t.distributions[n]) for n, v in t.params.items()]
             infeasible = t.state == TrialState.COMPLETE and max(t.constraints.values(), default=0.0) > 0
-            return FrozenTrial(
-                number=t.number,
+            return copy_trial(
+                t,
                 state=TrialState.PRUNED if infeasible else t.state,
-                value=None,
                 values=None if infeasible else t.values,
-                datetime_start=t.datetime_start,
-                datetime_complete=t.datetime_complete,
                 params={n: v for n, v, _ in shown},
                 distributions={n: d for n, _, d in shown},
-                user_attrs=t.user_attrs,
-                system_attrs=t.system_attrs,
-                intermediate_values=t.intermediate_values,
-                trial_id=t._trial_id,
             )
 
         def get_all_trials(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.paths import atomic_file, write_atomic
+from explorer.record import Key, TrialRecord
 from explorer.trial_config import field_names
 
 if TYPE_CHECKING:
@@ -24,9 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["export_rows", "write_export"]
 
-_SKIP = {"attempt", "config_key", "log_tail", "proposed_by", "log_file"}
+_SKIP = {Key.ATTEMPT, Key.CONFIG_KEY, "log_tail", Key.PROPOSED_BY, Key.LOG_FILE}
 """Bookkeeping left out (dict and list attributes, such as the fingerprint or step times, are too)."""
-_AFTER = {"is_valid", "status", "reused_from", "inferred_from", "reused_from_store"}
+_AFTER = {Key.IS_VALID, Key.STATUS, Key.REUSED_FROM, Key.INFERRED_FROM, Key.REUSED_FROM_STORE}
 """Written last, in this order, whatever the trial holds."""
 
 
@@ -34,35 +35,36 @@ def export_rows(loaded: LoadedStudy) -> list[dict[str, Any]]:
     """The study's finished trials, as flat rows in ado's column order."""
     import optuna
 
-    from explorer.study import open_existing_study, status_of
+    from explorer.study import open_existing_study
 
     study = open_existing_study(loaded)
     names = field_names()
     finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
     rows = []
     for t in sorted(study.get_trials(deepcopy=False, states=finished), key=lambda t: t.number):
-        status = status_of(t)
+        record = TrialRecord.of(t)
+        status = record.status
         row: dict[str, Any] = {
-            "identifier": t.user_attrs.get("config_key", ""),
-            "generatorid": t.user_attrs.get("proposed_by", f"explorer-{loaded.spec.sampler.kind}"),
+            "identifier": record.get(Key.CONFIG_KEY, ""),
+            "generatorid": record.get(Key.PROPOSED_BY, f"explorer-{loaded.spec.sampler.kind}"),
             "experiment_id": f"explorer.{loaded.spec.name}",
             "model_name": loaded.spec.workload.model.name,
-            "gpu_model": loaded.spec.resources.model_of(t.user_attrs.get("gpu_model")),  # the trial's
+            "gpu_model": loaded.spec.resources.model_of(record.get(Key.GPU_MODEL)),  # the trial's
             "method": loaded.spec.workload.method.kind,
         }
-        row.update({n: t.user_attrs.get(n) for n in names if n != "gpu_model"})
-        for key, value in t.user_attrs.items():
+        row.update({n: record.get(n) for n in names if n != Key.GPU_MODEL})
+        for key, value in record.items():
             if key in row or key in _SKIP or key in _AFTER or isinstance(value, (dict, list)):
                 continue
             row[key] = value
         row["is_valid"] = {"ok": 1, "oom": 0, "invalid": 0}.get(str(status), "")
         row["status"] = status or t.state.name.lower()
         row["trial"] = t.number
-        for key in ("reused_from", "inferred_from"):
-            row[key] = t.user_attrs.get(key, "")
-        source = t.user_attrs.get("reused_from_store")
-        row["reused_from_store"] = (
-            f"{source.get('study')}:{source.get('trial')}" if isinstance(source, dict) else ""
+        for key in (Key.REUSED_FROM, Key.INFERRED_FROM):
+            row[key] = record.get(key, "")
+        source = record.reused_from_store
+        row[Key.REUSED_FROM_STORE] = (
+            f"{source.get('study')}:{source.get('trial')}" if source is not None else ""
         )
         rows.append(row)
     return rows

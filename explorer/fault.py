@@ -21,6 +21,8 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from explorer.record import Status, TrialRecord
+
 if TYPE_CHECKING:
     import optuna
 
@@ -94,14 +96,15 @@ def pick_fault(
 
 def first_launches(study: optuna.Study) -> int:
     """First attempts the study has launched (its trials that ran or were running, not retries)."""
-    launched = ("ok", "oom", "failed", "retry", "interrupted")
-    free = ("reused_from", "inferred_from", "reused_from_store")
+    launched = (Status.OK, Status.OOM, Status.FAILED, Status.RETRY, Status.INTERRUPTED)
+    records = (TrialRecord.of(t) for t in study.get_trials(deepcopy=False))
     return sum(
         1
-        for t in study.get_trials(deepcopy=False)
-        if t.user_attrs.get("status") in launched
-        and int(t.user_attrs.get("attempt", 0)) == 0
-        and not any(k in t.user_attrs for k in free)
+        for r in records
+        if r.status in launched
+        and r.attempt == 0
+        and not r.answered_without_running
+        and r.reused_from_store is None
     )
 
 

@@ -229,6 +229,7 @@ def run_once(
     (``index``: configuration key -> index among the valid ones, see :func:`valid_index`)."""
     import time
 
+    from explorer.record import TrialRecord
     from explorer.study import config_of, status_of
     from explorer.study._record import counts
 
@@ -243,8 +244,8 @@ def run_once(
         variant=variant,
         seed=seed,
         values=[t.values[0] if status_of(t) == "ok" else None for t in counted],
-        inferred=sum("inferred_from" in t.user_attrs for t in trials),
-        reused=sum("reused_from" in t.user_attrs for t in trials),
+        inferred=sum(TrialRecord.of(t).inferred_from is not None for t in trials),
+        reused=sum(TrialRecord.of(t).reused_from is not None for t in trials),
         scores=[
             score(table, c) if status_of(t) == "ok" else None for t, c in zip(counted, configs, strict=True)
         ],
@@ -267,14 +268,16 @@ def trial_sequence(loaded: LoadedStudy, variant: str, seed: int, *, n_trials: in
     """Every trial of one run, in order: its configuration key and how it was answered
     (``reused``, ``inferred``, else its status). The same seed walks the same sequence: a
     refactoring of the space, the search or the loop must not change it."""
-    from explorer.study import config_of, status_of
+    from explorer.record import TrialRecord
+    from explorer.study import config_of
 
     def how(t: optuna.trial.FrozenTrial) -> str:
-        if "reused_from" in t.user_attrs:
+        record = TrialRecord.of(t)
+        if record.reused_from is not None:
             return "reused"
-        if "inferred_from" in t.user_attrs:
+        if record.inferred_from is not None:
             return "inferred"
-        return status_of(t) or t.state.name.lower()
+        return record.status or t.state.name.lower()
 
     return [(config_of(t).key(), how(t)) for t in _run_study(loaded, variant, seed, n_trials=n_trials)]
 

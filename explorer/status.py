@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from explorer.record import Key, Status, TrialRecord
 from explorer.study import load_readonly, readonly_url
 from explorer.study._storage import _BUSY, RETRIES
 
@@ -33,24 +34,23 @@ def _one_line(text: str, limit: int = REASON_CHARS) -> str:
 
 def _reason(trial: optuna.trial.FrozenTrial) -> str:
     """Why a trial has no value (its error), or where its answer came from."""
-    attrs = trial.user_attrs
-    if "reused_from" in attrs:
-        how = f"reused trial {attrs['reused_from']}"
-        return f"{how}: {_one_line(str(attrs['error']))}" if attrs.get("status") == "failed" else how
-    if "inferred_from" in attrs:
-        return f"inferred from OOM trial {attrs['inferred_from']}"
-    if "reused_from_store" in attrs:
-        src = attrs["reused_from_store"]
+    record = TrialRecord.of(trial)
+    if record.reused_from is not None:
+        how = f"reused trial {record.reused_from}"
+        return f"{how}: {_one_line(str(record[Key.ERROR]))}" if record.status == Status.FAILED else how
+    if record.inferred_from is not None:
+        return f"inferred from OOM trial {record.inferred_from}"
+    if (src := record.reused_from_store) is not None:
         return f"from the store: study {src.get('study')!r} trial {src.get('trial')}"
-    error = attrs.get("error")
-    return _one_line(str(error)) if error else ""
+    error = record.error
+    return _one_line(error) if error else ""
 
 
 def _placement(trial: optuna.trial.FrozenTrial) -> str | None:
     """Where each rank of a multi-node trial ran (``None`` for a trial on one node)."""
-    nodes = trial.user_attrs.get("nodes")
-    ranks = trial.user_attrs.get("ranks")
-    if not isinstance(nodes, list) or not isinstance(ranks, list) or not ranks:
+    record = TrialRecord.of(trial)
+    nodes, ranks = record.nodes, record.ranks
+    if nodes is None or not ranks:
         return None
     where = ", ".join(
         f"rank {r.get('rank')} on node rank {r.get('node_rank')} (Ray node {str(r.get('ray_node'))[:12]}, "
@@ -92,38 +92,35 @@ _COLUMNS = (
 
 def format_status(study: optuna.Study) -> list[str]:
     """The lines of the trial table, then a summary line (and the log file of each failure)."""
-    from explorer.study import OBJECTIVE, config_of, describe, status_of
+    from explorer.study import OBJECTIVE, config_of, describe
 
     trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
     rows: list[tuple[str, ...]] = []
     counts: dict[str, int] = {}
     logs: list[str] = []
-    best: optuna.trial.FrozenTrial | None = None
+    best: tuple[int, float] | None = None
     for t in trials:
-        status = status_of(t) or "-"
+        record = TrialRecord.of(t)
+        status = record.status or "-"
         counts[status] = counts.get(status, 0) + 1
         try:
-            config = describe(config_of(t)) if "config_key" in t.user_attrs else "-"
+            config = describe(config_of(t)) if record.config_key is not None else "-"
         except Exception:  # a trial asked but not yet tagged with its configuration
             config = "-"
-        value = t.user_attrs.get(OBJECTIVE) if status == "ok" else None
-        throughput = f"{float(value):.1f}" if isinstance(value, (int, float)) else "-"
-        wall = t.user_attrs.get("wall_seconds")
-        wall_txt = f"{float(wall):.1f}" if isinstance(wall, (int, float)) else "-"
+        value = record.per_gpu if status == Status.OK else None
+        throughput = f"{value:.1f}" if value is not None else "-"
+        wall = record.wall_seconds
+        wall_txt = f"{wall:.1f}" if wall is not None else "-"
         rows.append((str(t.number), t.state.name, status, config, throughput, wall_txt, _reason(t)))
         placed = _placement(t)
         if placed:
             logs.append(placed)
-        if status in ("failed", "retry") and "log_file" in t.user_attrs:
-            logs.append(f"trial {t.number} log: {t.user_attrs['log_file']}")
-        if value is not None and (best is None or float(value) > float(best.user_attrs[OBJECTIVE])):
-            best = t
+        if status in (Status.FAILED, Status.RETRY) and record.log_file is not None:
+            logs.append(f"trial {t.number} log: {record.log_file}")
+        if value is not None and (best is None or value > best[1]):
+            best = (t.number, value)
     summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-    best_txt = (
-        f"best: trial {best.number}: {float(best.user_attrs[OBJECTIVE]):.1f} {OBJECTIVE}"
-        if best
-        else "best: -"
-    )
+    best_txt = f"best: trial {best[0]}: {best[1]:.1f} {OBJECTIVE}" if best else "best: -"
     return [
         *_table_lines(rows),
         f"{len(trials)} trials ({summary or 'none yet'}); {best_txt}",

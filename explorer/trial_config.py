@@ -131,7 +131,7 @@ class TrialConfig:
         return TrialConfig(**{**self._values, **changes})
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain values, for JSON, Optuna user_attrs and exports (first-key order, then the rest)."""
+        """Plain values, for JSON, the trial record and exports (first-key order, then the rest)."""
         return {n: self._values[n] for n in field_names() if n in self._values}
 
     @classmethod

@@ -9,13 +9,14 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from explorer.record import StudyKey
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
 __all__ = ["DOCTOR_ATTR", "attach_findings", "doctor_reason", "invalid_reason", "invalid_reasons"]
 
-DOCTOR_ATTR = "doctor"
-"""The study's user attribute where ``explorer doctor`` records what each node type cannot run:
+DOCTOR_ATTR = StudyKey.DOCTOR
+"""The study's record key where ``explorer doctor`` records what each node type cannot run:
 ``{"invalid": {gpu_model: {knob: {json(value): reason}}}, "nodes": {gpu_model: {...}}}``."""
 _FINDINGS = "_explorer_doctor_findings"
 

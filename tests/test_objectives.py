@@ -78,8 +78,8 @@ def test_number_of_gpus_is_a_real_value_even_when_infeasible(write_study, tmp_pa
     """The GPU count comes from the configuration written with the driver's one transaction
     (on sqlite it bypasses Optuna's ``set_user_attr``: the live trial must still say it)."""
     from explorer.measurement import Measurement, Outcome
+    from explorer.record import write as set_user_attrs
     from explorer.study import record_outcome
-    from explorer.study._record import set_user_attrs
 
     storage = f"sqlite:///{tmp_path}/s.db" if where == "sqlite" else None
     study = optuna.create_study(directions=["maximize", "minimize"], storage=storage)

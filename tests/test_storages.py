@@ -249,11 +249,11 @@ def test_resume_after_sigkill_of_the_driver(write_study, tmp_path, storage_url):
     assert len(remeasured) == 1 and remeasured[0].user_attrs["config_key"] == interrupted_key
 
 
-# -- one transaction of user attributes (explorer.study._record.set_user_attrs) ---------------------
+# -- one transaction of user attributes (explorer.record.write) -------------------------------------
 
 
 def _check_user_attrs(storage: optuna.storages.BaseStorage) -> None:
-    from explorer.study._record import set_user_attrs
+    from explorer.record import write as set_user_attrs
 
     study = optuna.create_study(storage=storage)
     trial = study.ask()

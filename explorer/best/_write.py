@@ -16,6 +16,7 @@ from explorer.best._render import (
 )
 from explorer.best._select import Selection
 from explorer.job import TrialJob
+from explorer.record import TrialRecord
 from explorer.study import config_of, describe
 from explorer.study._objectives import objective_value
 
@@ -57,7 +58,7 @@ def device_type_of(loaded: LoadedStudy, trial: optuna.trial.FrozenTrial | None) 
     """``cuda`` or ``cpu``: where the trial was measured (its ``device`` property), else (or with
     no trial: a configuration never measured) where the study's resources say (``auto`` taken as
     CUDA)."""
-    measured = trial.user_attrs.get("device") if trial is not None else None
+    measured = TrialRecord.of(trial).device if trial is not None else None
     if measured in ("cuda", "cpu"):
         return str(measured)
     return "cpu" if loaded.spec.resources.device == "cpu" else "cuda"
@@ -212,7 +213,7 @@ def outside_training_arguments(config: TrialConfig) -> list[str]:
 
 
 def _attr(trial: optuna.trial.FrozenTrial, key: str) -> float:
-    value: Any = trial.user_attrs.get(key)
+    value: Any = TrialRecord.of(trial).get(key)
     return float(value) if isinstance(value, int | float) else float("nan")
 
 

@@ -8,6 +8,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from explorer.doctor._report import DoctorReport
+from explorer.record import StudyRecord, write_study
 from explorer.validity import DOCTOR_ATTR
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]
     from explorer.study import open_study
 
     study = open_study(loaded, create=True)
-    recorded: dict[str, Any] = dict(study.user_attrs.get(DOCTOR_ATTR) or {})
+    recorded: dict[str, Any] = dict(StudyRecord.of(study).doctor or {})
     invalid = dict(recorded.get("invalid") or {})
     nodes = dict(recorded.get("nodes") or {})
     invalid[report.gpu_model] = report.invalid()
@@ -33,5 +34,5 @@ def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]
         "counts": report.counts(),
     }
     recorded = {"invalid": invalid, "nodes": nodes}
-    study.set_user_attr(DOCTOR_ATTR, recorded)
+    write_study(study, DOCTOR_ATTR, recorded)
     return recorded

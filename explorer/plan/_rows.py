@@ -153,14 +153,15 @@ class StudyRows:
 
 def study_rows(loaded: LoadedStudy, study: optuna.Study, *, level: float = 0.9) -> StudyRows:
     """The measured feasible configurations of ``study`` (the best trial of each) and its fit."""
+    from explorer.record import TrialRecord
     from explorer.report import feasible_ranking, trial_headroom
-    from explorer.study import OBJECTIVE, config_of
+    from explorer.study import config_of
 
     resources = loaded.spec.resources
 
     seen: set[str] = set()
     rows = []
-    trials = [(t, float(t.user_attrs.get(OBJECTIVE) or 0.0)) for t in feasible_ranking(study)]
+    trials = [(t, TrialRecord.of(t).per_gpu or 0.0) for t in feasible_ranking(study)]
     for trial, per_gpu in sorted(trials, key=lambda tp: -tp[1]):  # whatever the study's objective
         config = config_of(trial)
         if config.key() in seen or not per_gpu > 0:

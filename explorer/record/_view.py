@@ -20,6 +20,7 @@ __all__ = [
     "StudyRecord",
     "TrialRecord",
     "answered_without_running",
+    "copy_trial",
     "counts",
     "infeasibility",
     "status_of",
@@ -277,3 +278,31 @@ def infeasibility(trial: optuna.trial.FrozenTrial) -> float:
     either form: the list :data:`~explorer.record.CONSTRAINTS_KEY` (written since the dashboard
     showed oom trials as real results) or ``constraints:infeasible`` (studies recorded before)."""
     return max(trial.constraints.values(), default=0.0)
+
+
+def copy_trial(
+    trial: optuna.trial.FrozenTrial,
+    *,
+    state: optuna.trial.TrialState,
+    values: list[float] | None,
+    params: dict[str, Any],
+    distributions: dict[str, Any],
+) -> optuna.trial.FrozenTrial:
+    """A copy of ``trial`` that holds the same record (and system attrs, times, intermediate
+    values and id) with these fields changed: a trial as a view of the study shows it."""
+    from optuna.trial import FrozenTrial
+
+    return FrozenTrial(
+        number=trial.number,
+        state=state,
+        value=None,
+        values=values,
+        datetime_start=trial.datetime_start,
+        datetime_complete=trial.datetime_complete,
+        params=params,
+        distributions=distributions,
+        user_attrs=trial.user_attrs,
+        system_attrs=trial.system_attrs,
+        intermediate_values=trial.intermediate_values,
+        trial_id=trial._trial_id,
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.measurement import memory_headroom
+from explorer.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -31,8 +32,8 @@ def trial_memory(
     trial: optuna.trial.FrozenTrial, cap_gib: float | None = None
 ) -> tuple[float | None, float | None]:
     """(peak, limit) in GiB as ``trial`` stored them; the limit falls back to ``cap_gib``."""
-    attrs = trial.user_attrs
-    return _number(attrs.get("peak_memory_gib")), _number(attrs.get("memory_limit_gib")) or cap_gib
+    record = TrialRecord.of(trial)
+    return _number(record.peak_memory_gib), _number(record.memory_limit_gib) or cap_gib
 
 
 def trial_headroom(trial: optuna.trial.FrozenTrial, cap_gib: float | None = None) -> float | None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.knobs import knob
-from explorer.study import OBJECTIVE, config_of, status_of
+from explorer.record import TrialRecord
+from explorer.study import config_of
 
 if TYPE_CHECKING:
     import optuna
@@ -95,11 +96,11 @@ def points_of(study: optuna.Study) -> list[TrialPoint]:
     """
     points = []
     for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        status = status_of(t)
-        kind = _KIND_OF_STATUS.get(status or "")
+        record = TrialRecord.of(t)
+        kind = _KIND_OF_STATUS.get(record.status or "")
         if kind is None:
             continue
-        if kind is Kind.OOM and "inferred_from" in t.user_attrs:
+        if kind is Kind.OOM and record.inferred_from is not None:
             kind = Kind.INFERRED
         try:
             config: TrialConfig | None = config_of(t)
@@ -111,12 +112,10 @@ def points_of(study: optuna.Study) -> list[TrialPoint]:
                 kind=kind,
                 values=tuple(t.values) if t.values is not None else None,
                 config=config,
-                objective=_float(t.user_attrs.get(OBJECTIVE)) if kind is Kind.FEASIBLE else math.nan,
-                total=_float(t.user_attrs.get("dataset_tokens_per_second"))
-                if kind is Kind.FEASIBLE
-                else math.nan,
-                peak_memory_gib=_float(t.user_attrs.get("peak_memory_gib")),
-                repeat="reused_from" in t.user_attrs,
+                objective=_float(record.per_gpu) if kind is Kind.FEASIBLE else math.nan,
+                total=_float(record.total) if kind is Kind.FEASIBLE else math.nan,
+                peak_memory_gib=_float(record.peak_memory_gib),
+                repeat=record.reused_from is not None,
             )
         )
     return points

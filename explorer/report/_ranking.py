@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.knobs import knobs
+from explorer.record import TrialRecord
 from explorer.report._headroom import trial_headroom
 from explorer.study import answered_without_running, config_of, status_of
-from explorer.study._objectives import OBJECTIVE, objective_value, ranking_sign
+from explorer.study._objectives import objective_value, ranking_sign
 
 if TYPE_CHECKING:
     import optuna
@@ -60,8 +61,8 @@ def noise_tolerance(best: optuna.trial.FrozenTrial) -> float:
     Returns:
         A fraction of the best trial's value.
     """
-    ci = best.user_attrs.get("step_time_rel_ci")
-    return max(MIN_TOLERANCE, float(ci)) if isinstance(ci, int | float) else MIN_TOLERANCE
+    ci = TrialRecord.of(best).step_time_rel_ci
+    return max(MIN_TOLERANCE, ci) if ci is not None else MIN_TOLERANCE
 
 
 def _number(value: object) -> float | None:
@@ -95,16 +96,16 @@ class RankedTrial:
 
     @classmethod
     def of(cls, trial: optuna.trial.FrozenTrial) -> RankedTrial:
-        attrs = trial.user_attrs
+        record = TrialRecord.of(trial)
         return cls(
             number=trial.number,
             config=config_of(trial),
-            per_gpu=float(trial.user_attrs.get(OBJECTIVE) or 0.0),
-            total=_number(attrs.get("dataset_tokens_per_second")),
-            mfu=_number(attrs.get("mfu")),
-            peak_memory_gib=_number(attrs.get("peak_memory_gib")),
-            step_time_s=_number(attrs.get("step_time_mean")),
-            step_time_rel_ci=_number(attrs.get("step_time_rel_ci")),
+            per_gpu=record.per_gpu or 0.0,
+            total=_number(record.total),
+            mfu=_number(record.mfu),
+            peak_memory_gib=_number(record.peak_memory_gib),
+            step_time_s=_number(record.step_time_mean),
+            step_time_rel_ci=_number(record.step_time_rel_ci),
         )
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.commands import hint_lines
+from explorer.record import TrialRecord
 from explorer.report._headroom import memory_flag
 from explorer.report._ranking import feasible_ranking
 from explorer.secrets import mask_url
@@ -43,7 +44,8 @@ def print_summary(
         printer(f"best: trial {best.number}: {objective_value(best):.1f} {OBJECTIVE}")
         config = config_of(best)
         printer("      " + " ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None))
-        printer(f"      peak memory {best.user_attrs.get('peak_memory_gib', float('nan')):.2f} GiB")
+        peak = TrialRecord.of(best).peak_memory_gib
+        printer(f"      peak memory {peak if peak is not None else float('nan'):.2f} GiB")
         resources = loaded.spec.resources
         flag = memory_flag(ranking, margin=loaded.spec.memory_margin, cap_gib=resources.device_memory_gib)
         for line in flag.lines() if flag is not None else []:

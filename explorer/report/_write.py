@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
+from explorer.record import Status, TrialRecord
 from explorer.report._artifacts import attach_artifacts
 from explorer.report._canvas import HEIGHT_PX, WIDTH_PX
 from explorer.report._figures import draw_feasibility, draw_history, draw_importances, draw_pareto
@@ -100,7 +101,7 @@ def write_report(
     feasible = [
         t
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        if t.user_attrs.get("status") == "ok" and t.number not in repeats
+        if TrialRecord.of(t).status == Status.OK and t.number not in repeats
     ]
     figures = _throughput_figures(loaded, points, folder)
     notes = []

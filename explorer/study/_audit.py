@@ -28,19 +28,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.fault import expected_status
-from explorer.study._attrs import infeasibility
+from explorer.record import Status, StudyKey, StudyRecord, TrialRecord, infeasibility, status_of
 from explorer.study._journal import JOURNAL_FILE
 from explorer.study._objectives import objective_value
-from explorer.study._record import counts, status_of
-from explorer.study._recover import SURPLUS
 
 if TYPE_CHECKING:
     import optuna
 
 __all__ = ["RUN_N_TRIALS", "Audit", "audit"]
 
-RUN_N_TRIALS = "n_trials"
-"""Study user attr: the ``n_trials`` the last ``optimize`` run used (the file's, or
+RUN_N_TRIALS = StudyKey.N_TRIALS
+"""Study record key: the ``n_trials`` the last ``optimize`` run used (the file's, or
 ``--n-trials``); :func:`audit` holds the study to it."""
 
 FINAL = {"ok": "feasible", "oom": "infeasible", "invalid": "infeasible", "failed": "failed"}
@@ -112,60 +110,61 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
     import optuna
 
     State = optuna.trial.TrialState
-    recorded = study.user_attrs.get(RUN_N_TRIALS)
-    n_trials = recorded if isinstance(recorded, int) else n_trials
+    recorded = StudyRecord.of(study).n_trials
+    n_trials = recorded if recorded is not None else n_trials
     trials = study.get_trials(deepcopy=False)
     by_number = {t.number: t for t in trials}
-    successors = {t.user_attrs["requeued_from"]: t for t in trials if "requeued_from" in t.user_attrs}
+    records = {t.number: TrialRecord.of(t) for t in trials}
+    successors = {r.requeued_from: r for r in records.values() if r.requeued_from is not None}
     out = Audit(n_trials=n_trials)
     problem = out.problems.append
     measured: dict[str, list[int]] = defaultdict(list)
 
     for t in trials:
-        status = status_of(t)
+        record = records[t.number]
+        status = record.status
         if t.state is State.RUNNING:
             problem(f"trial {t.number}: stuck RUNNING")
             continue
         if t.state is State.WAITING:
             problem(f"trial {t.number}: enqueued but never run")
             continue
-        if "injected_fault" in t.user_attrs:
-            kind = str(t.user_attrs["injected_fault"])
+        if (kind := record.injected_fault) is not None:
             out.faults[kind][str(status)] += 1
-            if status != "interrupted" and not _fault_ended_as_expected(kind, t, status, max_retries):
+            if status != Status.INTERRUPTED and not _fault_ended_as_expected(kind, record, max_retries):
                 problem(f"trial {t.number}: injected {kind} ended as {status!r}")
-        if counts(t):
+        if record.counts:
             out.counted += 1
             out.states[FINAL[str(status)]] += 1
-            if "recovered" in t.user_attrs:
+            if record.recovered is not None:
                 out.bookkeeping["recovered"] += 1
-            if status in ("oom", "invalid") and not t.user_attrs.get("error"):
+            if status in (Status.OOM, Status.INVALID) and not record.error:
                 problem(f"trial {t.number}: infeasible without a reason")
-            if status in ("oom", "invalid") and not infeasibility(t) > 0:
+            if status in (Status.OOM, Status.INVALID) and not infeasibility(t) > 0:
                 problem(f"trial {t.number}: {status} but its constraint does not mark it infeasible")
-            if status == "failed" and not t.user_attrs.get("error"):
+            if status == Status.FAILED and not record.error:
                 problem(f"trial {t.number}: failed without an error")
-            if status == "failed" and int(t.user_attrs.get("attempt", 0)) < max_retries:
+            if status == Status.FAILED and record.attempt < max_retries:
                 problem(f"trial {t.number}: failed with retries left")
-            if status in ("ok", "oom") and "reused_from_store" not in t.user_attrs:
-                measured[str(t.user_attrs.get("config_key"))].append(t.number)
+            if status in (Status.OK, Status.OOM) and record.reused_from_store is None:
+                measured[str(record.config_key)].append(t.number)
             continue
-        if "reused_from" in t.user_attrs or "inferred_from" in t.user_attrs:
-            kind = "reused" if "reused_from" in t.user_attrs else "inferred"
+        if record.answered_without_running:
+            kind = "reused" if record.reused_from is not None else "inferred"
             out.bookkeeping[kind] += 1
-            source = int(t.user_attrs.get("reused_from", t.user_attrs.get("inferred_from", -1)))
+            source = record.reused_from if record.reused_from is not None else record.inferred_from
             if source not in by_number:
                 problem(f"trial {t.number}: answered from trial {source}, which does not exist")
             continue
-        if status == SURPLUS:  # a re-run nobody needed: n_trials counted before it came up
+        if status == Status.SURPLUS:  # a re-run nobody needed: n_trials counted before it came up
             out.bookkeeping[status] += 1
             continue
-        if status == "abandoned":  # asked, never started; an enqueued one was enqueued again
+        if status == Status.ABANDONED:  # asked, never started; an enqueued one was enqueued again
             out.bookkeeping[status] += 1
             if t.system_attrs.get("fixed_params") and t.number not in successors:
                 problem(f"trial {t.number}: abandoned but its enqueued configuration was not enqueued again")
             continue
-        if status in ("retry", "interrupted"):
+        if status in (Status.RETRY, Status.INTERRUPTED):
             out.bookkeeping[status] += 1
             if t.number not in successors:
                 problem(f"trial {t.number}: {status} but never re-enqueued")
@@ -183,20 +182,19 @@ def _check_totals(study: optuna.Study, out: Audit, measured: dict[str, list[int]
     for key, numbers in measured.items():
         if len(numbers) > 1:
             out.problems.append(f"configuration measured {len(numbers)} times: trials {numbers} ({key})")
-    stopped = study.user_attrs.get("stopped_early")
-    if isinstance(stopped, dict) and stopped.get("counted") == out.counted:
+    stopped = StudyRecord.of(study).stopped_early
+    if stopped is not None and stopped.get("counted") == out.counted:
         out.stopped_early = str(stopped.get("why"))
     n_trials = out.n_trials
     if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
         out.problems.append(f"{out.counted} trials counted, n_trials is {n_trials}")
 
 
-def _fault_ended_as_expected(
-    kind: str, t: optuna.trial.FrozenTrial, status: str | None, max_retries: int
-) -> bool:
-    retried = int(t.user_attrs.get("attempt", 0)) < max_retries
-    if status == "oom" and kind != "oom":  # an OOM of the configuration itself struck first
-        return "injected" not in str(t.user_attrs.get("error", ""))
+def _fault_ended_as_expected(kind: str, record: TrialRecord, max_retries: int) -> bool:
+    retried = record.attempt < max_retries
+    status = record.status
+    if status == Status.OOM and kind != "oom":  # an OOM of the configuration itself struck first
+        return "injected" not in (record.error or "")
     return status == expected_status(kind, retried=retried)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from explorer.record import Key, Status, TrialRecord, write, write_status
 from explorer.search._neighbours import LocalSearch
 from explorer.spec import LoadedStudy
 from explorer.study._known import Known
@@ -18,7 +19,6 @@ from explorer.study._record import (
     frozen,
     record_driver,
     record_reuse,
-    set_user_attrs,
     status_of,
 )
 from explorer.study._recover import requeue
@@ -87,11 +87,11 @@ def ask_trial(
         propose_neighbour(study, loaded, local, known, (f.config for f in waiting))
     trial = study.ask()
     config = loaded.space.suggest(trial)
-    attempt = int(trial.user_attrs.get("attempt", 0))
+    attempt = TrialRecord.of(trial).attempt
     record_driver(trial, config, attempt)
     elsewhere = running_elsewhere(study, known, config.key()) if peers else None
     if elsewhere is not None and config.key() not in known.measured:
-        set_user_attrs(trial, {WAITS_FOR: elsewhere.number})
+        write(trial, {WAITS_FOR: elsewhere.number})
         return trial, config, attempt, elsewhere
     return trial, config, attempt, None
 
@@ -125,10 +125,10 @@ def settle_remote(
         elif (other := running_elsewhere(study, known, flight.config.key())) is not None:
             # its retry (or another twin) runs in another driver now, started while this one
             # still waited: wait for that one instead of measuring the configuration twice
-            set_user_attrs(flight.trial, {WAITS_FOR: other.number})
+            write(flight.trial, {WAITS_FOR: other.number})
             remote.append((flight, other))
         else:
-            set_user_attrs(flight.trial, {WAITS_FOR: None})
+            write(flight.trial, {WAITS_FOR: None})
             rerun(flight)
 
 
@@ -136,13 +136,13 @@ def fail_as(study: optuna.Study, twin: InFlight, number: int) -> None:
     """Finish ``twin`` as failed, like trial ``number`` of the same configuration (not counted)."""
     import optuna
 
-    set_user_attrs(
+    write(
         twin.trial,
         {
-            "status": "failed",
-            "reused_from": number,
-            "wall_seconds": 0.0,
-            "error": f"same configuration as trial {number}, which failed (retries exhausted)",
+            Key.STATUS: Status.FAILED,
+            Key.REUSED_FROM: number,
+            Key.WALL_SECONDS: 0.0,
+            Key.ERROR: f"same configuration as trial {number}, which failed (retries exhausted)",
         },
     )
     study.tell(twin.trial, state=optuna.trial.TrialState.FAIL)
@@ -152,7 +152,6 @@ def abandon(study: optuna.Study, flights: list[InFlight]) -> None:
     import optuna
 
     for flight in flights:
-        flight.trial.set_user_attr("status", "interrupted")
-        flight.trial.set_user_attr("error", "explorer was interrupted; re-run on resume")
+        write_status(flight.trial, Status.INTERRUPTED, "explorer was interrupted; re-run on resume")
         study.tell(flight.trial, state=optuna.trial.TrialState.FAIL)
         requeue(study, frozen(study, flight.trial), attempt=flight.attempt, why="interrupted")

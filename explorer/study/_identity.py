@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError
+from explorer.record import StudyKey, StudyRecord, write_study
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.store import job_identity
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IDENTITY_ATTR", "check_identity", "first_difference", "refuse_other_job", "stored_identity"]
 
-IDENTITY_ATTR = "identity"
-"""Study user attr: the job the study measures (:func:`explorer.store.job_identity`)."""
+IDENTITY_ATTR = StudyKey.IDENTITY
+"""Study record key: the job the study measures (:func:`explorer.store.job_identity`)."""
 _MISSING = object()
 
 
@@ -53,9 +54,9 @@ def check_identity(study: optuna.Study, loaded: LoadedStudy) -> None:
         SpecError: the first differing field, its stored and its new value, and the ways on.
     """
     new = json.loads(json.dumps(job_identity(loaded)))  # as the storage gives it back
-    stored = study.user_attrs.get(IDENTITY_ATTR)
-    if not isinstance(stored, dict):  # a new study, or one stored before identities
-        study.set_user_attr(IDENTITY_ATTR, new)
+    stored = StudyRecord.of(study).identity
+    if stored is None:  # a new study, or one stored before identities
+        write_study(study, IDENTITY_ATTR, new)
         return
     _refuse(loaded, stored, new)
 
@@ -84,7 +85,7 @@ def stored_identity(storage_url: str, name: str) -> dict[str, Any] | None:
     except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, ImportError):
         return None  # not readable here, or a fresh file another driver is still filling: open_storage's
     try:
-        stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get(IDENTITY_ATTR)
+        stored = StudyRecord.of(optuna.load_study(study_name=name, storage=storage)).identity
     except (KeyError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
         # no such study (yet), or no Optuna tables: e.g. a file another driver has just created
         # and is still filling (Optuna wraps that sqlite error in StorageInternalError); the
@@ -92,7 +93,7 @@ def stored_identity(storage_url: str, name: str) -> dict[str, Any] | None:
         return None
     finally:
         storage.engine.dispose()
-    return stored if isinstance(stored, dict) else None
+    return stored
 
 
 def refuse_other_job(loaded: LoadedStudy) -> None:

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from explorer.record import TrialRecord
 from explorer.study._record import answered_without_running, config_of, status_of
 from explorer.trial_config import TrialConfig
 
@@ -63,6 +64,6 @@ class Known:
             self.ooms.append((trial.number, config))
         elif status == "ok" and trial.values:
             self.feasible[config.key()] = (config, self.sign * float(trial.values[0]), trial.number)
-            peak = trial.user_attrs.get("peak_memory_gib")
-            if isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0:
+            peak = TrialRecord.of(trial).peak_memory_gib
+            if peak is not None and math.isfinite(peak) and peak > 0:
                 self.peaks[config.key()] = (config, float(peak))

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 from explorer.fault import first_launches, pick_fault
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
+from explorer.record import Key, StudyRecord, write
 from explorer.search._inference import inferred_oom
 from explorer.search._neighbours import LocalSearch
 from explorer.spec import LoadedStudy
@@ -38,11 +39,10 @@ from explorer.study._record import (
     record_inferred_oom,
     record_outcome,
     record_reuse,
-    set_user_attrs,
 )
 from explorer.study._recover import close_surplus, reclaim_interrupted, reclaim_orphans, requeue
 from explorer.trial_config import TrialConfig
-from explorer.validity import DOCTOR_ATTR, attach_findings, invalid_reason
+from explorer.validity import attach_findings, invalid_reason
 
 if TYPE_CHECKING:
     import optuna
@@ -101,7 +101,7 @@ class Loop:
         done: int,
     ) -> None:
         spec = loaded.spec
-        attach_findings(spec.resources, study.user_attrs.get(DOCTOR_ATTR))  # explorer doctor's: invalid
+        attach_findings(spec.resources, StudyRecord.of(study).doctor)  # explorer doctor's: invalid
         self.loaded, self.spec, self.study, self.drivers = loaded, spec, study, drivers
         self.launcher, self.owns_launcher = launcher, owns_launcher
         self.printer, self.progress = printer, progress
@@ -248,7 +248,7 @@ class Loop:
         )
         self.launches += flight.attempt == 0
         if fault is not None:
-            set_user_attrs(flight.trial, {"injected_fault": fault.kind})
+            write(flight.trial, {Key.INJECTED_FAULT: fault.kind})
         self.launcher.submit(
             TrialJob.for_study(self.loaded, flight.config, trial_number=flight.trial.number, fault=fault)
         )
@@ -350,7 +350,7 @@ class Loop:
         busy = next((f for f in [*self.in_flight.values(), *self.pending] if f.config == config), None)
         if busy is None:
             return False
-        set_user_attrs(trial, {WAITS_FOR: busy.trial.number})
+        write(trial, {WAITS_FOR: busy.trial.number})
         self.twins.setdefault(config.key(), []).append(InFlight(trial, config, attempt))
         self.reuse_streak += 1
         self.printer(f"        trial {trial.number} waits for trial {busy.trial.number}: same configuration")
@@ -467,12 +467,12 @@ class Loop:
                 self.printer(f"        trial {twin.trial.number} {status}: reused trial {number}")
         elif same and retry:  # the first proposal of it again runs as the retry
             same[0].attempt = flight.attempt + 1
-            set_user_attrs(
+            write(
                 same[0].trial,
                 {
-                    "attempt": same[0].attempt,
-                    "requeued_from": number,
-                    "requeued_why": "failed",
+                    Key.ATTEMPT: same[0].attempt,
+                    Key.REQUEUED_FROM: number,
+                    Key.REQUEUED_WHY: "failed",
                     WAITS_FOR: None,
                 },
             )

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from explorer.study._attrs import answered_without_running, infeasibility, status_of
+from explorer.record import Key, StudyRecord, TrialRecord, infeasibility, write_study
 from explorer.study._objectives import OBJECTIVE, OBJECTIVES, SECOND_OBJECTIVES, metric_names
 from explorer.trial_config import field_names
 
@@ -55,7 +56,7 @@ def _dashboard() -> Any:
     return optuna_dashboard
 
 
-def param_in_user_units(name: str, value: Any, attrs: dict[str, Any]) -> tuple[str, Any] | None:
+def param_in_user_units(name: str, value: Any, attrs: Mapping[str, Any]) -> tuple[str, Any] | None:
     """The knob and its value in user units for the Optuna parameter ``name`` (``None``: the
     parameter is the knob itself). ``attrs``: the trial's user attrs, which hold the configuration."""
     for knob in (name.removeprefix("log2_"), name.removesuffix("_index")):
@@ -77,15 +78,16 @@ def _cell(value: Any) -> str:
 
 def trial_note(trial: optuna.trial.FrozenTrial, metric_names: list[str] | None = None) -> str:
     """The Markdown note of a finished trial: outcome, then configuration in user units."""
-    attrs = trial.user_attrs
-    status = status_of(trial) or trial.state.name.lower()
+    record = TrialRecord.of(trial)
+    attrs = record.attrs
+    status = record.status or trial.state.name.lower()
     lines = [f"### Trial {trial.number}: {status}", ""]
     values = trial.values
     if status == "ok" and values:
         names = metric_names or [OBJECTIVE]
         lines.append(", ".join(f"{name} **{v:,.6g}**" for name, v in zip(names, values, strict=False)))
-        if "peak_memory_gib" in attrs:
-            lines[-1] += f"; peak memory {float(attrs['peak_memory_gib']):.3g} GiB"
+        if record.has(Key.PEAK_MEMORY_GIB):
+            lines[-1] += f"; peak memory {float(record[Key.PEAK_MEMORY_GIB]):.3g} GiB"
     elif infeasibility(trial) > 0:
         lines.append(
             f"**Infeasible** ({status}): the value {', '.join(f'{v:g}' for v in values or [])} is a "
@@ -95,16 +97,16 @@ def trial_note(trial: optuna.trial.FrozenTrial, metric_names: list[str] | None =
         lines.append(
             f"**Failed** ({status}): not measured" + (", run again" if status == "retry" else "") + "."
         )
-    if "reused_from" in attrs:
-        lines.append(f"Answered from trial {attrs['reused_from']} (the same configuration), not run.")
-    elif "inferred_from" in attrs:
-        lines.append(f"Inferred, not run: it needs at least the memory of trial {attrs['inferred_from']}.")
-    elif isinstance(stored := attrs.get("reused_from_store"), dict):
+    if record.reused_from is not None:
+        lines.append(f"Answered from trial {record.reused_from} (the same configuration), not run.")
+    elif record.inferred_from is not None:
+        lines.append(f"Inferred, not run: it needs at least the memory of trial {record.inferred_from}.")
+    elif (stored := record.reused_from_store) is not None:
         lines.append(
             f"Answered from the measurement store: study {stored.get('study')!r}, trial {stored.get('trial')}."
         )
-    if attrs.get("error") and not answered_without_running(trial):
-        lines += ["", _fenced(str(attrs["error"])[:MAX_NOTE_ERROR_CHARS])]
+    if record.error and not record.answered_without_running:
+        lines += ["", _fenced(record.error[:MAX_NOTE_ERROR_CHARS])]
 
     searched: dict[str, str] = {}
     for name, value in trial.params.items():
@@ -254,10 +256,10 @@ The best configuration for this job by {loaded.spec.objective.replace("_", " ")}
 def describe_study(study: optuna.Study, loaded: LoadedStudy) -> None:
     """Write :func:`study_attrs` (those that changed) and, where the study has none yet, the study
     note (with optuna-dashboard installed)."""
-    current = study.user_attrs
+    current = StudyRecord.of(study)
     for key, value in study_attrs(loaded).items():
         if current.get(key) != value:
-            study.set_user_attr(key, value)
+            write_study(study, key, value)
     dashboard = _dashboard()
     if dashboard is not None and not dashboard.get_note(study):
         dashboard.save_note(study, study_note(loaded))

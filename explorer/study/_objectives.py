@@ -23,8 +23,8 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Properties
+from explorer.record import StudyKey, StudyRecord, answered_without_running, status_of
 from explorer.spec._objectives import OBJECTIVE, OBJECTIVES, PER_GPU_RANKED, SECOND_OBJECTIVES, Direction
-from explorer.study._attrs import answered_without_running, status_of
 
 if TYPE_CHECKING:
     import optuna
@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 _METRIC_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
-SETTINGS_ATTR = "objective_settings"
-"""Study user attr: the prices, token budget and GPU model the objectives are computed with."""
+SETTINGS_ATTR = StudyKey.SETTINGS
+"""Study record key: the prices, token budget and GPU model the objectives are computed with."""
 _NEEDS_SETTINGS = {"tokens_per_dollar", "hours_for_budget"}
 INFEASIBLE_PLACEHOLDER = 0.0
 INFEASIBLE_MINIMIZED = 1e9
@@ -83,7 +83,7 @@ def trial_values(
 ) -> list[float]:
     """The values to tell ``study`` for a trial with these properties (``None``: infeasible)."""
     names = metric_names(study) or [OBJECTIVE]
-    settings = study.user_attrs.get(SETTINGS_ATTR, {}) if _NEEDS_SETTINGS & set(names) else {}
+    settings = StudyRecord.of(study).settings if _NEEDS_SETTINGS & set(names) else {}
     directions = [d.name.lower() for d in study.directions]
     values = []
     for name, direction in zip(names, directions, strict=True):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING
 
+from explorer.record import StudyRecord, TrialRecord, write_study
 from explorer.search._sampler import make_sampler
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
@@ -73,9 +74,10 @@ def open_study(
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(names)
-        if SETTINGS_ATTR not in study.user_attrs:
+        if not StudyRecord.of(study).has(SETTINGS_ATTR):
             budget = spec.budget
-            study.set_user_attr(
+            write_study(
+                study,
                 SETTINGS_ATTR,
                 objective_settings(
                     prices=dict(spec.prices),
@@ -119,7 +121,7 @@ def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
 
 def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
     """For ``sampler: grid``: enqueue every valid configuration not yet in the study."""
-    seen = {t.user_attrs.get("config_key") for t in study.get_trials(deepcopy=False)}
+    seen = {TrialRecord.of(t).config_key for t in study.get_trials(deepcopy=False)}
     n = 0
     for config in loaded.space.enumerate():
         if config.key() in seen or invalid_reason(config, loaded.spec.resources):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from explorer.record import StudyKey, StudyRecord, TrialRecord, write_study
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._audit import RUN_N_TRIALS
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
-STOPPED_EARLY = "stopped_early"
-"""Study user attr: why the last run ended short of ``n_trials`` (``None``: it did not)."""
+STOPPED_EARLY = StudyKey.STOPPED_EARLY
+"""Study record key: why the last run ended short of ``n_trials`` (``None``: it did not)."""
 
 
 @dataclass(frozen=True)
@@ -138,13 +139,13 @@ def measured_nothing(trials: list[optuna.trial.FrozenTrial]) -> str | None:
     import psutil
 
     me = {"pid": os.getpid(), "start": psutil.Process().create_time()}  # as record_driver tags them
-    ours = [t for t in trials if {k: (t.user_attrs.get("driver") or {}).get(k) for k in me} == me]
+    ours = [t for t in trials if {k: (TrialRecord.of(t).driver or {}).get(k) for k in me} == me]
     ended = [t for t in ours if status_of(t) is not None]
     if not ended or any(status_of(t) not in ("failed", "retry") for t in ended):
         return None
     causes: dict[str, int] = {}
     for t in ended:
-        cause = short(str(t.user_attrs.get("error") or "no error recorded"), 160)
+        cause = short(TrialRecord.of(t).error or "no error recorded", 160)
         causes[cause] = causes.get(cause, 0) + 1
     cause, n = max(causes.items(), key=lambda item: item[1])
     return f"this run measured nothing: its {len(ended)} trial(s) all failed; the common cause ({n} of {len(ended)}): {cause}"
@@ -173,8 +174,8 @@ def _open_run(
         if owned:  # a throw-away study in memory claims no folder
             loaded = claim_run_folder(study, loaded)
         describe_study(study, loaded)  # what the dashboard shows of the workload and hardware
-        if study.user_attrs.get(RUN_N_TRIALS) != loaded.spec.n_trials:  # what audit holds it to
-            study.set_user_attr(RUN_N_TRIALS, loaded.spec.n_trials)
+        if StudyRecord.of(study).n_trials != loaded.spec.n_trials:  # what audit holds it to
+            write_study(study, RUN_N_TRIALS, loaded.spec.n_trials)
     return loaded, study, storage, drivers
 
 
@@ -228,14 +229,15 @@ def _statuses(study: optuna.Study) -> dict[str, int]:
     """How many trials of the study ended which way (reused, stored and inferred apart)."""
     statuses: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
+        r = TrialRecord.of(t)
         s = (
             "stored"
-            if "reused_from_store" in t.user_attrs
+            if r.reused_from_store is not None
             else "reused"
-            if "reused_from" in t.user_attrs
+            if r.reused_from is not None
             else "inferred"
-            if "inferred_from" in t.user_attrs
-            else (status_of(t) or t.state.name.lower())
+            if r.inferred_from is not None
+            else (r.status or t.state.name.lower())
         )
         statuses[s] = statuses.get(s, 0) + 1
     return statuses
@@ -256,6 +258,6 @@ def _note_early_stop(
     elif done < n_trials and exhausted:
         why = f"the last {MAX_REUSE_STREAK} proposals were all answered already: nothing new to try"
     if why is not None:
-        study.set_user_attr(STOPPED_EARLY, {"counted": done, "why": why})
-    elif STOPPED_EARLY in study.user_attrs:
-        study.set_user_attr(STOPPED_EARLY, None)
+        write_study(study, STOPPED_EARLY, {"counted": done, "why": why})
+    elif StudyRecord.of(study).has(STOPPED_EARLY):
+        write_study(study, STOPPED_EARLY, None)

@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from explorer.record import Key, Status, TrialRecord
 from explorer.study._known import Known
-from explorer.study._record import answered_without_running, config_of, counts, status_of
+from explorer.study._record import config_of
 from explorer.study._recover import driver_alive
 
 if TYPE_CHECKING:
@@ -59,8 +60,8 @@ STALE_AFTER_S = 90.0
 """A RUNNING trial whose last heartbeat is older than this has lost its driver (any host): another
 driver reclaims it, as a resume does the trials of a driver that died."""
 
-WAITS_FOR = "waits_for"
-"""User attr of a trial waiting for another trial of the same configuration (its number)."""
+WAITS_FOR = Key.WAITS_FOR
+"""Record key of a trial waiting for another trial of the same configuration (its number)."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,8 @@ class Room:
 
 def is_mine(trial: optuna.trial.FrozenTrial) -> bool:
     """Whether this process is the driver of ``trial``."""
-    driver = trial.user_attrs.get("driver")
-    return isinstance(driver, dict) and (driver.get("host"), driver.get("pid")) == (
+    driver = TrialRecord.of(trial).driver
+    return driver is not None and (driver.get("host"), driver.get("pid")) == (
         socket.gethostname(),
         os.getpid(),
     )
@@ -194,8 +195,9 @@ def learn(study: optuna.Study, known: Known) -> list[optuna.trial.FrozenTrial]:
     """Read the study's trials, teach ``known`` what other drivers measured; returns the trials."""
     trials = study.get_trials(deepcopy=False)
     for t in trials:
-        key = t.user_attrs.get("config_key")
-        measured = status_of(t) in ("ok", "oom") and not answered_without_running(t)
+        record = TrialRecord.of(t)
+        key = record.config_key
+        measured = record.status in (Status.OK, Status.OOM) and not record.answered_without_running
         if key and key not in known.measured and measured:
             known.learn(t, config_of(t))
     return trials
@@ -208,12 +210,13 @@ def occupancy(study: optuna.Study, known: Known) -> Room:
 
     counted = running = 0
     for t in learn(study, known):
-        if counts(t):
+        record = TrialRecord.of(t)
+        if record.counts:
             counted += 1
         elif (
             t.state == optuna.trial.TrialState.RUNNING
-            and t.user_attrs.get(WAITS_FOR) is None
-            and driver_alive(t.user_attrs.get("driver")) is not False
+            and record.waits_for is None
+            and driver_alive(record.driver) is not False
         ):
             running += 1
     return Room(counted=counted, running=running)
@@ -225,12 +228,13 @@ def running_elsewhere(study: optuna.Study, known: Known, config_key: str) -> opt
     import optuna
 
     for t in learn(study, known):
+        record = TrialRecord.of(t)
         if (
             t.state == optuna.trial.TrialState.RUNNING
-            and t.user_attrs.get("config_key") == config_key
-            and t.user_attrs.get(WAITS_FOR) is None
+            and record.config_key == config_key
+            and record.waits_for is None
             and not is_mine(t)
-            and driver_alive(t.user_attrs.get("driver")) is not False
+            and driver_alive(record.driver) is not False
         ):
             return t
     return None
@@ -241,10 +245,7 @@ def settled(study: optuna.Study, source: optuna.trial.FrozenTrial) -> optuna.tri
     import optuna
 
     now = study._storage.get_trial(source._trial_id)
-    if (
-        now.state == optuna.trial.TrialState.RUNNING
-        and driver_alive(now.user_attrs.get("driver")) is not False
-    ):
+    if now.state == optuna.trial.TrialState.RUNNING and driver_alive(TrialRecord.of(now).driver) is not False:
         return None
     return now
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from explorer.record import Key, TrialRecord, enqueue
 from explorer.search._frontier import frontier_stopped
 from explorer.search._inference import inferred_oom
 from explorer.search._neighbours import LocalSearch
@@ -45,7 +46,7 @@ def propose_neighbour(
     probes = [
         (config_of(t), status_of(t))
         for t in (trials if len(trials) < 2 * startup else ())
-        if t.user_attrs.get("proposed_by") == "frontier" and "batch_size" in t.user_attrs
+        if (r := TrialRecord.of(t)).proposed_by == "frontier" and r.has("batch_size")
     ]
     walking = local.frontier and not frontier_stopped(probes)
     if local.modelled:
@@ -73,10 +74,10 @@ def propose_neighbour(
                 last=probes[-1][0] if probes else None,
             )
         if probe is not None:
-            study.enqueue_trial(loaded.space.params_for(probe), user_attrs={"proposed_by": "frontier"})
+            enqueue(study, loaded.space.params_for(probe), {Key.PROPOSED_BY: "frontier"})
         else:
             start = local.start(seen=seen, seed=seed)
-            study.enqueue_trial(loaded.space.params_for(start), user_attrs={"proposed_by": "start"})
+            enqueue(study, loaded.space.params_for(start), {Key.PROPOSED_BY: "start"})
         return
     if not known.feasible or (sampler.global_every and len(trials) % sampler.global_every == 0):
         return
@@ -87,9 +88,10 @@ def propose_neighbour(
     if proposal is None:
         return
     config, base = proposal
-    study.enqueue_trial(
+    enqueue(
+        study,
         loaded.space.params_for(config),
-        user_attrs={"proposed_by": f"neighbour of trial {known.feasible[base.key()][2]}"},
+        {Key.PROPOSED_BY: f"neighbour of trial {known.feasible[base.key()][2]}"},
     )
 
 
@@ -118,7 +120,7 @@ def _propose_modelled(
             last=last,
         )
         if probe is not None:
-            study.enqueue_trial(loaded.space.params_for(probe), user_attrs={"proposed_by": "frontier"})
+            enqueue(study, loaded.space.params_for(probe), {Key.PROPOSED_BY: "frontier"})
             return
     every = loaded.spec.sampler.global_every
     if every and trials % every == 0:
@@ -132,7 +134,7 @@ def _propose_modelled(
         salt=f"{loaded.spec.sampler.seed}:{trials}",
     )
     if config is not None:
-        study.enqueue_trial(loaded.space.params_for(config), user_attrs={"proposed_by": "model"})
+        enqueue(study, loaded.space.params_for(config), {Key.PROPOSED_BY: "model"})
 
 
 def propose_unanswered(
@@ -159,5 +161,5 @@ def propose_unanswered(
     for i in rng.sample(range(len(configs)), len(configs)):
         c = configs[i]
         if c.key() not in taken and inferred_oom(c, known.ooms) is None:
-            study.enqueue_trial(loaded.space.params_for(c), user_attrs={"proposed_by": "explore"})
+            enqueue(study, loaded.space.params_for(c), {Key.PROPOSED_BY: "explore"})
             return

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from explorer.record import Key, Status, TrialRecord, enqueue, write, write_status
+
 if TYPE_CHECKING:
     import optuna
 
@@ -30,7 +32,7 @@ __all__ = [
     "requeue",
 ]
 
-SURPLUS = "surplus"
+SURPLUS = Status.SURPLUS
 """Status of a re-run that was never needed: the study had counted its n_trials when it came up
 (the trial it re-runs was interrupted by a driver's death, and other trials counted meanwhile)."""
 
@@ -67,8 +69,8 @@ def driver_alive(driver: object) -> bool | None:
 
 def requeue(study: optuna.Study, trial: optuna.trial.FrozenTrial, *, attempt: int, why: str) -> None:
     """Enqueue ``trial``'s parameters again, so that the same configuration runs next."""
-    study.enqueue_trial(
-        trial.params, user_attrs={"attempt": attempt, "requeued_from": trial.number, "requeued_why": why}
+    enqueue(
+        study, trial.params, {Key.ATTEMPT: attempt, Key.REQUEUED_FROM: trial.number, Key.REQUEUED_WHY: why}
     )
 
 
@@ -93,41 +95,43 @@ def reclaim_interrupted(
     """
     import optuna
 
-    from explorer.study._record import record_outcome, set_user_attrs
+    from explorer.study._record import record_outcome
 
     out = Reclaimed()
     trials = study.get_trials(deepcopy=False)
-    followed = {t.user_attrs.get("requeued_from") for t in trials}
+    records = {t.number: TrialRecord.of(t) for t in trials}
+    followed = {r.requeued_from for r in records.values()}
     for t in trials:  # a driver killed between failing an attempt and enqueueing its re-run
-        if live and driver_alive(t.user_attrs.get("driver")) is not False:
+        record = records[t.number]
+        if live and driver_alive(record.driver) is not False:
             continue
         if t.state is optuna.trial.TrialState.FAIL and t.number not in followed:
-            status = t.user_attrs.get("status")
-            if status in ("retry", "interrupted"):
-                requeue(
-                    study, t, attempt=int(t.user_attrs.get("attempt", 0)) + (status == "retry"), why=status
-                )
+            status = record.status
+            if status in (Status.RETRY, Status.INTERRUPTED):
+                requeue(study, t, attempt=record.attempt + (status == Status.RETRY), why=status)
                 out.requeued.append(t.number)
     for t in (t for t in trials if t.state is optuna.trial.TrialState.RUNNING):
-        if "driver" not in t.user_attrs:
+        record = records[t.number]
+        if record.driver is None:
             if _abandon_orphan(study, t):
                 out.abandoned.append(t.number)
             continue
-        alive = driver_alive(t.user_attrs.get("driver")) and t.number not in stale
+        alive = driver_alive(record.driver) and t.number not in stale
         if alive or (alive is None and not force and t.number not in stale):
             out.left.append(t.number)
             continue
         handle = optuna.Trial(study, t._trial_id)
         measurement = recover(t) if recover is not None else None
         if measurement is not None:
-            set_user_attrs(handle, {"recovered": "the driver died after the trial finished"})
+            write(handle, {Key.RECOVERED: "the driver died after the trial finished"})
             record_outcome(study, handle, measurement)
             out.recovered.append(t.number)
             continue
-        handle.set_user_attr("status", "interrupted")
-        handle.set_user_attr("error", "the explorer process running this trial died; re-run on resume")
+        write_status(
+            handle, Status.INTERRUPTED, "the explorer process running this trial died; re-run on resume"
+        )
         study.tell(t.number, state=optuna.trial.TrialState.FAIL)
-        requeue(study, t, attempt=int(t.user_attrs.get("attempt", 0)), why="interrupted")
+        requeue(study, t, attempt=record.attempt, why=Status.INTERRUPTED)
         out.requeued.append(t.number)
     return out
 
@@ -138,7 +142,7 @@ def reclaim_orphans(study: optuna.Study) -> list[int]:
     import optuna
 
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    return [t.number for t in running if "driver" not in t.user_attrs and _abandon_orphan(study, t)]
+    return [t.number for t in running if TrialRecord.of(t).driver is None and _abandon_orphan(study, t)]
 
 
 def _abandon_orphan(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
@@ -152,15 +156,15 @@ def _abandon_orphan(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
     if started is None or (datetime.datetime.now() - started).total_seconds() < ORPHAN_AFTER_S:
         return False
     handle = optuna.Trial(study, t._trial_id)
-    handle.set_user_attr("status", "abandoned")
-    handle.set_user_attr(
-        "error", "asked but never started: the explorer process that asked for it died first"
+    write_status(
+        handle, Status.ABANDONED, "asked but never started: the explorer process that asked for it died first"
     )
     study.tell(t.number, state=optuna.trial.TrialState.FAIL)
     fixed = t.system_attrs.get("fixed_params")
     if fixed:
-        study.enqueue_trial(
-            dict(fixed), user_attrs={**t.user_attrs, "requeued_from": t.number, "requeued_why": "abandoned"}
+        attrs = TrialRecord.of(t).attrs
+        enqueue(
+            study, dict(fixed), {**attrs, Key.REQUEUED_FROM: t.number, Key.REQUEUED_WHY: Status.ABANDONED}
         )
     return True
 
@@ -181,7 +185,7 @@ def close_surplus(study: optuna.Study, n_trials: int) -> list[int]:
     waiting = [
         t
         for t in study.get_trials(deepcopy=False, states=(State.WAITING,))
-        if "requeued_from" in t.user_attrs
+        if TrialRecord.of(t).requeued_from is not None
     ]
     if not waiting or len(counted_trials(study)) < n_trials:
         return []
@@ -190,8 +194,7 @@ def close_surplus(study: optuna.Study, n_trials: int) -> list[int]:
         if not study._storage.set_trial_state_values(t._trial_id, state=State.RUNNING):
             continue  # another driver took it
         handle = optuna.Trial(study, t._trial_id)
-        handle.set_user_attr("status", SURPLUS)
-        handle.set_user_attr("error", f"not run: {n_trials} trials counted before this re-run came up")
+        write_status(handle, SURPLUS, f"not run: {n_trials} trials counted before this re-run came up")
         study.tell(t.number, state=State.FAIL)
         closed.append(t.number)
     return closed

@@ -1,6 +1,6 @@
 """A study's run folder belongs to the study in its storage, not to the study file.
 
-``optimize`` records the folder in the study (user attr ``run_folder``), so that a study's files
+``optimize`` records the folder in the study (its record's ``run_folder``), so that a study's files
 can be found from its storage alone, and claims it with a marker file (``.explorer-study``: the
 study's name and storage, no credentials). A folder that another storage's study has claimed is
 refused: two storages never share trial files (``trial-00004`` of one would overwrite the
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
 from explorer.paths import storage_identity, write_atomic
+from explorer.record import StudyKey, StudyRecord, write_study
 from explorer.spec import LoadedStudy
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ __all__ = [
     "study_folder",
 ]
 
-RUN_FOLDER = "run_folder"
-"""Study user attr: the absolute path of the study's run folder."""
+RUN_FOLDER = StudyKey.RUN_FOLDER
+"""Study record key: the absolute path of the study's run folder."""
 MARKER = ".explorer-study"
 """The file in a run folder that names the study (and storage) the folder belongs to."""
 
@@ -108,7 +109,7 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
     Raises:
         SpecError: the folder belongs to another storage's study.
     """
-    recorded = study.user_attrs.get(RUN_FOLDER)
+    recorded = StudyRecord.of(study).get(RUN_FOLDER)
     folder = study_folder(study, loaded)
     check_run_folder(loaded, folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def claim_run_folder(study: optuna.Study, loaded: LoadedStudy) -> LoadedStudy:
         _write_marker(folder, _owner(loaded))
     check_run_folder(loaded, folder)  # a loser of the race re-checks the winner's
     if recorded != str(folder):
-        study.set_user_attr(RUN_FOLDER, str(folder))
+        write_study(study, RUN_FOLDER, str(folder))
     return dataclasses.replace(loaded, output_dir=folder)
 
 
@@ -129,8 +130,8 @@ def study_folder(study: optuna.Study, loaded: LoadedStudy) -> Path:
 
     To move a study: move its storage (and, to keep its trial files, its folder), point the study
     file at them, and delete the old marker if ``optimize`` asks for it."""
-    recorded = study.user_attrs.get(RUN_FOLDER)
-    if isinstance(recorded, str):
+    recorded = StudyRecord.of(study).run_folder
+    if recorded is not None:
         owner = _read_marker(Path(recorded) / MARKER)
         if owner is None or owner == _owner(loaded):
             return Path(recorded)

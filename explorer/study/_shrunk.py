@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
+from explorer.record import TrialRecord
 from explorer.spec import LoadedStudy
-from explorer.study._record import config_of, counts
+from explorer.study._record import config_of
 
 if TYPE_CHECKING:
     import optuna
@@ -66,7 +67,8 @@ def check_space_holds_trials(study: optuna.Study, loaded: LoadedStudy) -> None:
     """
     found = []
     for t in study.get_trials(deepcopy=False):
-        if counts(t) and "config_key" in t.user_attrs:
+        record = TrialRecord.of(t)
+        if record.counts and record.config_key is not None:
             bad = outside_values(loaded.space, config_of(t))
             if bad:
                 found.append(f"trial {t.number}: {', '.join(bad)}")

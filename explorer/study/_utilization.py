@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.launch._slot import SLOT_ATTR, GpuSlot
+from explorer.record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
@@ -96,9 +97,10 @@ def slots_of(trials: Iterable[optuna.trial.FrozenTrial]) -> list[GpuSlot]:
     """
     slots = []
     for t in trials:
-        if SLOT_ATTR in t.user_attrs:
+        record = TrialRecord.of(t)
+        if record.has(SLOT_ATTR):
             try:
-                slots.append(GpuSlot.from_attr(t.user_attrs[SLOT_ATTR]))
+                slots.append(GpuSlot.from_attr(record[SLOT_ATTR]))
             except ValueError as exc:
                 raise ValueError(f"trial {t.number}: {exc}") from None
     return slots
