@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -336,6 +337,11 @@ def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
 
 
+_CANNOT_WRITE = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG})
+"""A write refused by the filesystem (read-only, full, over quota, not permitted): the writing
+verbs (``export``, ``report``, ``best``, ``plan --out``) say it in one line, not a traceback."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     from explorer.errors import library_log_lines
@@ -385,6 +391,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except Exception as exc:  # a storage failing mid-command, or a bug: printed with no secret in it
         from explorer.errors import crash_text, run_error_line
+
+        if isinstance(exc, OSError) and exc.errno in _CANNOT_WRITE and args.command != "optimize":
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"explorer: error: cannot write {where}{exc.strerror or exc}", file=sys.stderr)
+            return 1
 
         one_line = args.command == "optimize" and not args.debug  # its trials are marked by then
         sys.stderr.write(run_error_line(exc) if one_line else crash_text(exc))
