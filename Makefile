@@ -14,11 +14,13 @@ test:
 test-slow:
 	bash scripts/bootstrap.sh '[test]'
 	bash scripts/postgres.sh install
+	bash scripts/slurm.sh install
 	.venv/bin/python -m pytest -q -m "slow and not gpu"
 
 test-all:
 	bash scripts/bootstrap.sh '[test]'
 	bash scripts/postgres.sh install
+	bash scripts/slurm.sh install
 	.venv/bin/python -m pytest -q -m "not gpu"
 
 lint:

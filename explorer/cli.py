@@ -699,7 +699,7 @@ def _best(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from explorer.plan import make_plan, plan_job, plan_lines, same_workload, write_chosen
+    from explorer.plan import make_plan, plan_job, plan_lines, same_workload, sbatch_lines, write_chosen
     from explorer.study import open_existing_study, recorded_run_folder
     from explorer.study_file import load_study
 
@@ -727,6 +727,9 @@ def _plan(args: argparse.Namespace) -> int:
         row, files = written
         print(f"files for the chosen run ({row.number_gpus} x {row.gpu_model}): {files.job.parent}")
         print(f"  {files.torchrun}")
+        spec = next(lo.spec for lo, _ in studies if lo.spec.name == row.study)
+        for line in sbatch_lines(row, plan.job, torchrun=files.torchrun, gpus=spec.resources.device != "cpu"):
+            print(f"  {line}")
     return 0
 
 

@@ -92,6 +92,7 @@ def test_a_wheel_in_a_fresh_venv_runs_best_outside_the_source_tree(tmp_path):
     with zipfile.ZipFile(wheel) as whl:
         names = set(whl.namelist())
     assert {"explorer/report/templates/index.html.j2", "explorer/launchers/accelerate/fsdp2.yaml"} <= names
+    assert {"explorer/launchers/slurm/explorer.sbatch", "explorer/launchers/slurm/README.md"} <= names
     venv = tmp_path / "venv"
     _run(sys.executable, "-m", "venv", venv, cwd=tmp_path)
     python = venv / "bin" / "python"
