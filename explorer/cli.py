@@ -537,7 +537,7 @@ def _export(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.export import write_export
-    from explorer.paths import inside
+    from explorer.paths import claim_out, inside
     from explorer.study import open_existing_study, recorded_run_folder
     from explorer.study_file import load_study
 
@@ -547,6 +547,8 @@ def _export(args: argparse.Namespace) -> int:
     path = Path(args.csv or args.out or loaded.output_dir / f"{loaded.spec.name}.{fmt}")
     if not (args.csv or args.out):
         inside(loaded.output_dir, [path], file=args.study)
+    else:
+        claim_out(path.parent, [path.name], field="--csv" if args.csv else "--out")
     n = write_export(loaded, path, fmt=fmt)
     print(f"{path}: {n} trials")
     return 0
@@ -688,7 +690,7 @@ def _best(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else loaded.output_dir / "best"
     if not args.out:
         inside(loaded.output_dir, [out], file=args.study)
-    files = write_best(loaded, selection, out, steps=args.steps)
+    files = write_best(loaded, selection, out, steps=args.steps, claim=bool(args.out))
     for line in summary_lines(loaded, selection, files):
         print(line)
     for line in pareto_lines(study):  # a multi-objective study: every trade-off, not one best

@@ -51,3 +51,45 @@ def test_out_never_overwrites_a_file_explorer_did_not_write(tmp_path: Path) -> N
     (fresh / "notes.md").write_text("mine")
     with pytest.raises(SpecError, match="notes.md exists"):
         claim_out(fresh, ["notes.md"], field="--out")
+
+
+@pytest.fixture(scope="module")
+def replayed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.builders import replayed_plan_studies
+
+    return replayed_plan_studies(tmp_path_factory.mktemp("outs"))[0]
+
+
+@pytest.mark.parametrize(
+    ("verb", "theirs", "args"),
+    [
+        ("report", "index.html", ["--out", "{d}"]),
+        ("export", "data.csv", ["--out", "{d}/data.csv"]),
+        ("best", "launch.sh", ["--out", "{d}"]),
+        ("plan", "launch.sh", ["--tokens", "1e8", "--out", "{d}"]),
+    ],
+)
+def test_each_verb_keeps_the_users_file_and_replaces_its_own(
+    replayed: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    verb: str,
+    theirs: str,
+    args: list[str],
+) -> None:
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / theirs).write_text("the user's own")
+    argv = [verb, str(replayed), *(a.format(d=users) for a in args)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{users / theirs} exists and was not written by explorer" in err[0], err
+    assert (users / theirs).read_text() == "the user's own" and sorted(p.name for p in users.iterdir()) == [
+        theirs
+    ]
+    # a folder of explorer's own: written, then written again over its own files
+    ours = tmp_path / "ours"
+    argv = [verb, str(replayed), *(a.format(d=ours) for a in args)]
+    assert main(argv) == 0
+    assert main(argv) == 0 and (ours / theirs).is_file()
+    assert theirs in (ours / OUT_MANIFEST).read_text().split()

@@ -73,7 +73,9 @@ def _layer_classes(loaded: LoadedStudy, job: TrialJob) -> list[str] | None:
     return decoder_layer_classes(load_config(job.workload.model, job.model_path))
 
 
-def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, steps: int) -> BestFiles:
+def write_best(
+    loaded: LoadedStudy, selection: Selection, out_dir: Path, *, steps: int, claim: bool = False
+) -> BestFiles:
     """Write the accelerate config, the Trainer's arguments, the job and a launch script.
 
     Args:
@@ -95,6 +97,7 @@ def write_best(loaded: LoadedStudy, selection: Selection, out_dir: Path, *, step
         device_type=device_type_of(loaded, best),
         title=f"The best configuration of study {loaded.spec.name!r}: trial {best.number}, "
         f"{objective_value(best):.1f} dataset tokens/s per GPU.",
+        claim=claim,
     )
 
 
@@ -107,10 +110,13 @@ def write_config(
     trial_number: int,
     device_type: str,
     title: str,
+    claim: bool = False,
 ) -> BestFiles:
     """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
-    may hold more GPUs than any trial did); ``title`` heads each file."""
-    from explorer.paths import inside, write_atomic
+    may hold more GPUs than any trial did); ``title`` heads each file. With ``claim`` (a folder
+    the user gave, ``--out``), no file explorer did not write there is overwritten
+    (:func:`explorer.paths.claim_out`)."""
+    from explorer.paths import claim_out, inside, write_atomic
     from explorer.settings import launch_settings
 
     job = TrialJob.for_study(loaded, config, trial_number=trial_number)
@@ -128,6 +134,8 @@ def write_config(
         )
     }
     inside(out_dir, files.values(), file=str(loaded.file))
+    if claim:
+        claim_out(out_dir, list(files), field="--out")
     out_dir.mkdir(parents=True, exist_ok=True)
     header = (
         title,

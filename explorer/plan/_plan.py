@@ -209,5 +209,6 @@ def write_chosen(
         ),
         title=f"explorer plan's choice from study {loaded.spec.name!r} ({how}): {row.number_gpus} x "
         f"{row.gpu_model}, {row.hours(plan.job):,.2f} h for {plan.job.total_tokens:,.0f} tokens.",
+        claim=out is not None,
     )
     return row, files

@@ -84,7 +84,7 @@ def write_report(
     """
     import optuna
 
-    from explorer.paths import inside
+    from explorer.paths import claim_out, inside
     from explorer.study import is_read_only, open_existing_study, recorded_run_folder
 
     study = open_existing_study(loaded)
@@ -94,6 +94,8 @@ def write_report(
     if out is None:
         inside(loaded.output_dir, [folder], file=where)
     inside(folder, [folder / f"{name}.png" for name in FIGURES] + [folder / "index.html"], file=where)
+    if out is not None:  # the user's folder: no file of theirs is overwritten
+        claim_out(folder, [f"{name}.png" for name in FIGURES] + ["index.html"], field="--out")
     inside(loaded.output_dir, [loaded.output_dir / "artifacts"], file=where)
     folder.mkdir(parents=True, exist_ok=True)
     points = points_of(study)
