@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -139,7 +140,7 @@ def write_config(
     out_dir.mkdir(parents=True, exist_ok=True)
     header = (
         title,
-        f"Written by `explorer best`; run: accelerate launch --config_file {files['accelerate.yaml']} ...",
+        f"Written by `explorer best`; run: accelerate launch --config_file {shlex.quote(str(files['accelerate.yaml']))} ...",
     )
     settings = launch_settings(job, device_type=device_type, layer_classes=layers, header=header)
     write_atomic(files["accelerate.yaml"], settings.accelerate)
