@@ -222,3 +222,34 @@ def test_the_recording_code_writes_what_the_view_reads(study, url):
     assert second.status == Status.OK and second.reused_from == first.number
     assert second.answered_without_running and not second.counts
     assert second.per_gpu == pytest.approx(250.0) and second.wall_seconds == 0.0
+
+
+def test_only_the_record_package_touches_user_attrs():
+    """``grep -rl user_attrs explorer``: the record package alone reads and writes them."""
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "explorer"
+    touching = sorted(
+        str(p.relative_to(package.parent)) for p in package.rglob("*.py") if "user_attrs" in p.read_text()
+    )
+    assert touching and all(p.startswith("explorer/record/") for p in touching), touching
+
+
+def test_the_record_package_imports_nothing_of_explorers():
+    """Low in the layering: every module above may read the record, and it reads none of them
+    (lazy and type-only imports included)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "explorer" / "record"
+    imported = set()
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported.add(node.module or "")
+    theirs = {
+        n for n in imported if n.split(".")[0] == "explorer" and n.split(".")[:2] != ["explorer", "record"]
+    }
+    assert "optuna" in imported and not theirs, sorted(theirs)
