@@ -21,7 +21,6 @@ honoured (never exceeded; reached unless the study recorded why it stopped short
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.fault import expected_status
 from explorer.record import Status, StudyKey, StudyRecord, TrialRecord, infeasibility, status_of
-from explorer.study._journal import JOURNAL_FILE
+from explorer.study._journal import JOURNAL_FILE, load_journal
 from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
@@ -203,7 +202,13 @@ def _check_journal(
 ) -> None:
     """Every measurement written ahead on disk is in the storage, with the same outcome and value."""
     for path in sorted(output_dir.glob(f"trial-*/{JOURNAL_FILE}")):
-        record = json.loads(path.read_text())
+        record, problem = load_journal(path)
+        if record is None:
+            out.problems.append(
+                f"damaged: {path} is {problem}: compare it with the trial's record (explorer status), "
+                "then delete it or restore it from a copy"
+            )
+            continue
         if record.get("study") != study_name:
             continue
         out.measurements_on_disk += 1

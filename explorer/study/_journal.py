@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Measurement, Outcome
 
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["JOURNAL_FILE", "read_ahead", "trial_dir", "write_ahead"]
+__all__ = ["DAMAGED_SUFFIX", "JOURNAL_FILE", "load_journal", "read_ahead", "trial_dir", "write_ahead"]
 
 JOURNAL_FILE = "measurement.json"
 
@@ -63,6 +63,33 @@ def write_ahead(
     return path
 
 
+DAMAGED_SUFFIX = ".damaged"
+"""A damaged write-ahead file of a RUNNING trial is set aside under this suffix, its trial re-run."""
+
+
+def load_journal(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The write-ahead record in ``path`` and ``None``, or ``None`` and what is wrong with it (a
+    truncated, empty, binary or foreign file: a kill or a full disk before files were written
+    whole, or a hand edit). The measurement it holds is parsed too."""
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not text"
+    except json.JSONDecodeError as exc:
+        return None, "empty" if not exc.doc.strip() else f"not JSON ({exc.msg} at line {exc.lineno})"
+    if (
+        not isinstance(record, dict)
+        or not {"study", "trial", "trial_id", "start", "measurement"} <= record.keys()
+    ):
+        return None, "not a measurement record"
+    try:
+        Measurement.from_json(json.dumps(record["measurement"]))
+        int(record["trial"])
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        return None, f"a measurement explorer cannot read ({type(exc).__name__}: {exc})"
+    return record, None
+
+
 def read_ahead(output_dir: Path, study_name: str, trial: optuna.trial.FrozenTrial) -> Measurement | None:
     """The finished measurement of RUNNING ``trial`` left on disk, or ``None``.
 
@@ -72,7 +99,10 @@ def read_ahead(output_dir: Path, study_name: str, trial: optuna.trial.FrozenTria
     path = folder / JOURNAL_FILE
     measurement: Measurement | None = None
     if path.is_file():
-        record = json.loads(path.read_text())
+        record, problem = load_journal(path)
+        if record is None:  # set aside, named: the trial is re-run, and nothing reads it again
+            path.replace(path.with_name(path.name + DAMAGED_SUFFIX))
+            return None
         if {k: record.get(k) for k in ("study", "trial", "trial_id", "start")} != _identity(
             study_name, trial
         ):

@@ -48,7 +48,7 @@ def _read_marker(marker: Path) -> dict[str, str] | None:
     """The owner a marker names; ``None`` for no marker, or an empty one (a claim cut short by a
     full disk before markers were written whole: reclaimed by the next claim)."""
     try:
-        text = marker.read_text()
+        text = marker.read_bytes().decode("utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError):
         return None
     if not text.strip():
@@ -58,7 +58,10 @@ def _read_marker(marker: Path) -> dict[str, str] | None:
     except json.JSONDecodeError:
         owner = None
     if not isinstance(owner, dict):
-        return {"study": "?", "storage": f"a marker explorer cannot read ({marker})"}
+        return {
+            "study": "?",
+            "storage": f"a marker explorer cannot read ({marker}; if the folder is this study's, delete the marker)",
+        }
     return owner
 
 
