@@ -2,7 +2,7 @@
 
 A study may set any field of transformers' ``TrainingArguments`` that explorer does not decide
 itself. explorer decides the fields that carry a trial's configuration (each knob's keyword, the
-batch, the backend, sharding, checkpointing and precision) and those the measurement relies on
+batch, the backend, sharding, checkpointing, precision and Liger: :mod:`explorer.settings`) and those the measurement relies on
 (``max_steps``, no saving, no logging, no reporting): setting one of those is an error naming the
 knob or the reason, so that a study never measures something other than what it records.
 """
@@ -30,6 +30,7 @@ _DECIDED_BY_TRIAL = (
     "gradient_checkpointing_kwargs",
     "activation_checkpointing",
     "activation_checkpointing_kwargs",
+    "use_liger_kernel",
 )
 _DECIDED_BY_MEASUREMENT = (
     "output_dir",

@@ -8,7 +8,8 @@
 Each process is one rank of the worker that measured the trial (``explorer.worker``: the same
 model, data, TrainingArguments and Trainer), with the stop rule replaced by ``steps``: the job's
 warmup steps, then ``--steps`` measured ones. Rank 0 writes ``result.json`` into ``--out`` and
-prints the steps trained and the throughput.
+prints the steps trained and the throughput. It is a check run of the benchmark itself; a plain
+user script trained from the written files alone is :mod:`explorer.user_train`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,303 @@
+"""A stock user script: train ``explorer best``'s configuration from the written files alone.
+
+It stands for a user's own script: a plain ``transformers.Trainer`` (or TRL's ``SFTTrainer``) fed
+with what ``explorer best`` wrote, and nothing of the benchmark's worker::
+
+    FSDP_SHARDING_STRATEGY=... torchrun --standalone --nproc_per_node N -m explorer.user_train --settings best/
+    accelerate launch --config_file best/accelerate.yaml -m explorer.user_train --settings best/
+    torchrun --standalone --nproc_per_node N -m explorer.user_train --settings best/ --trainer sft
+
+(``explorer best`` prints these, with the environment each needs, and writes them into
+``run_settings.json``.) It reads, from ``--settings``:
+
+* ``training_arguments.json`` (and ``benchmark_arguments.json`` beneath it, where present):
+  ``TrainingArguments(**...)``; ``--trainer sft``: ``sft_config.json``, ``SFTConfig(**...)``;
+* ``run_settings.json``: :meth:`explorer.settings.RunSettings.prepare_model` on the model
+  (the environment, some layers checkpointed) and, for a plain Trainer,
+  :meth:`~explorer.settings.RunSettings.data_collator` (padding, packing); the model's keywords;
+* ``job.json``: the model only (its architecture or path; ``workload.model``).
+
+The data are synthetic token entries of varied lengths up to ``model_max_length`` (``--data``: a
+JSONL file of ``{"input_ids": [...]}`` instead). On the CPU a configuration with FSDP needs the
+CPU shim :class:`explorer.settings.FsdpOnCpu` (accelerate ignores FSDP there): the script uses it
+where the arguments say ``use_cpu`` and FSDP, and says so (``cpu_fsdp_shim``). On CUDA the
+files alone shard.
+
+Each rank writes ``facts-rank<r>.json`` into ``--out``: what really trained, read from the
+Trainer after training (:func:`facts`): the model's wrapper (``FSDPModule``,
+``FullyShardedDataParallel``, ``DistributedDataParallel`` or the model's class), FSDP2's
+``reshard_after_forward`` or FSDP1's sharding strategy, the decoder layers that were checkpointed
+(those whose parts ran forward more often than the embedding: recomputed in the backward), the data
+collator's class and the first batch's shape and keys (``packed``: one row of entries with position
+ids), the optimizer's class and whether Liger was asked for. A launch that fails (Liger without
+the ``liger_kernel`` package: the Trainer's own error) writes them as far as they go (the first
+batch its dataloader makes, untrained), with ``error``, and exits non-zero. ``--settings`` that
+cannot be read: one line, exit 2.
+
+Reuse: :func:`facts` reads a trained Trainer; the counters (``_Counter``) and the batch recorder
+(``_FirstBatch``) must be in place before training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from explorer.settings import FsdpOnCpu, RunSettings, SettingsError, decoder_layers
+
+__all__ = ["facts", "main", "synthetic_entries"]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"{path}: cannot be read: {exc}") from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: not a JSON object")
+    return data
+
+
+def synthetic_entries(n: int, *, max_length: int, vocab_size: int) -> list[list[int]]:
+    """``n`` token entries of lengths spread over ``[max_length / 4, max_length]`` (ids from 2 up:
+    0 pads, 1 ends)."""
+    low = max(2, max_length // 4)
+    out = []
+    for i in range(n):
+        length = low + (i * 7919) % (max_length - low + 1)
+        out.append([(i * 31 + j * 7) % (vocab_size - 2) + 2 for j in range(length)])
+    return out
+
+
+def _entries(path: str | None, *, n: int, max_length: int, vocab_size: int) -> list[list[int]]:
+    """The training entries, truncated to ``max_length``: ``path``'s ``input_ids``, or synthetic."""
+    if path is None:
+        return synthetic_entries(n, max_length=max_length, vocab_size=vocab_size)
+    lines = Path(path).read_text().splitlines()
+    return [list(json.loads(line)["input_ids"])[:max_length] for line in lines if line.strip()]
+
+
+def _model(job: dict[str, Any], run: RunSettings) -> Any:
+    """The model of ``job.json``'s ``workload.model`` with ``run_settings.json``'s keywords."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = job["workload"]["model"]
+    kwargs = dict(run.model_kwargs)
+    kwargs["dtype"] = getattr(torch, kwargs.get("dtype", "float32"))
+    torch.manual_seed(0)
+    if spec.get("architecture"):
+        arch = dict(spec["architecture"])
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+        model = AutoModelForCausalLM.from_config(config, **kwargs)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(job.get("model_path") or spec["path"], **kwargs)
+    model.config.use_cache = False
+    return model
+
+
+def _tokenizer(model: Any) -> Any:
+    """A tokenizer for TRL's SFTTrainer (it reads the pad token from one): a word-level one over the
+    model's ids, ``<pad>`` = 0, ``<eos>`` = 1 (the entries come as token ids)."""
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
+
+    size = int(model.config.get_text_config().vocab_size)
+    vocab = {"<pad>": 0, "<eos>": 1, **{f"t{i}": i for i in range(2, size)}}
+    tok = Tokenizer(WordLevel(vocab=vocab, unk_token="<pad>"))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>")
+
+
+class _Counter:
+    """Forward calls per module, counted on its direct children (transformers checkpoints a layer's
+    ``forward``, and the backward's recompute runs its children's ``forward`` again; module hooks
+    do not see a recompute, so each child's ``forward`` is wrapped instead)."""
+
+    def __init__(self, modules: list[Any], *, children: bool = True) -> None:
+        self.calls: list[list[int]] = []
+        for i, m in enumerate(modules):
+            parts = list(m.children()) if children else [m]
+            self.calls.append([0] * len(parts))
+            for j, part in enumerate(parts):
+                part.forward = self._counted(part.forward, i, j)
+
+    def _counted(self, forward: Any, i: int, j: int) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[i][j] += 1
+            return forward(*args, **kwargs)
+
+        return counted
+
+    @property
+    def counts(self) -> list[int]:
+        return [max(c, default=0) for c in self.calls]
+
+
+class _FirstBatch:
+    """A data collator that remembers the first batch it made (keys, shape, position ids)."""
+
+    def __init__(self, collate: Any) -> None:
+        self.collate = collate
+        self.seen: dict[str, Any] | None = None
+
+    def __call__(self, items: Any) -> Any:
+        batch = self.collate(items)
+        if self.seen is None:
+            positions = batch.get("position_ids")
+            self.seen = {
+                "keys": sorted(batch.keys()),
+                "shape": list(batch["input_ids"].shape),
+                "entries": int(positions.eq(0).sum()) if positions is not None else len(items),
+                "items": len(items),
+            }
+        return batch
+
+
+def _wrapper(trainer: Any) -> dict[str, Any]:
+    """The model as trained: its wrapper, and how FSDP shards it."""
+    from torch.distributed.fsdp import FSDPModule
+
+    wrapped = getattr(trainer, "model_wrapped", None)
+    wrapped = trainer.model if wrapped is None else wrapped  # never `or`: a compiled model has no truth value
+    wrapped = getattr(wrapped, "_orig_mod", wrapped)  # torch.compile's wrapper
+    root: Any = next((m for m in (wrapped, trainer.model) if isinstance(m, FSDPModule)), None)
+    if root is not None:
+        reshards = None
+        for name, module in root.named_modules():
+            if name and isinstance(module, FSDPModule):
+                groups = module._get_fsdp_state()._fsdp_param_groups
+                if groups:
+                    reshards = groups[0].post_forward_mesh_info is not None
+                    break
+        return {"wrapper": "FSDPModule", "reshard_after_forward": reshards, "sharding_strategy": None}
+    strategy = getattr(wrapped, "sharding_strategy", None)
+    return {
+        "wrapper": type(wrapped).__name__,
+        "reshard_after_forward": None,
+        "sharding_strategy": strategy.name if strategy is not None else None,
+    }
+
+
+def facts(trainer: Any, *, layers: _Counter, embedding: _Counter, first: _FirstBatch) -> dict[str, Any]:
+    """What this rank really trained (see the module's docstring)."""
+    import torch.distributed as dist
+
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # None: never stepped
+    cls = type(optimizer)
+    collator = first.collate
+    batch = first.seen or {}
+    return {
+        "rank": dist.get_rank() if dist.is_initialized() else 0,
+        "world_size": dist.get_world_size() if dist.is_initialized() else 1,
+        "trainer": type(trainer).__name__,
+        "cpu_fsdp_shim": bool(getattr(trainer, "cpu_fsdp_shim", False)),
+        **_wrapper(trainer),
+        "layers": len(layers.counts),
+        "checkpointed_layers": [i for i, n in enumerate(layers.counts) if n > embedding.counts[0]],
+        "collator": f"{type(collator).__module__}.{type(collator).__name__}",
+        "batch": batch,
+        "packed": "position_ids" in batch.get("keys", ()) and batch.get("shape", [0])[0] == 1,
+        "optimizer": f"{cls.__module__}.{cls.__name__}" if optimizer is not None else None,
+        "use_liger_kernel": bool(trainer.args.use_liger_kernel),
+        "steps": int(trainer.state.global_step),
+        "fsdp_sharding_strategy_env": os.environ.get("FSDP_SHARDING_STRATEGY"),
+    }
+
+
+def _arguments(settings: Path, trainer: str) -> dict[str, Any]:
+    """The Trainer's (or SFTConfig's) keywords: the chosen ones over the benchmark's."""
+    chosen = _json(settings / ("sft_config.json" if trainer == "sft" else "training_arguments.json"))
+    bench = settings / "benchmark_arguments.json"
+    return {**(_json(bench) if bench.is_file() else {}), **chosen}
+
+
+def _trainer(
+    kind: str, kwargs: dict[str, Any], *, model: Any, entries: list[list[int]], run: RunSettings
+) -> Any:
+    """The Trainer of ``kind`` (``plain`` or ``sft``) over ``entries``; with the CPU shim where the
+    arguments put FSDP on the CPU."""
+    if kind == "sft":
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+
+        args: Any = SFTConfig(**kwargs)
+        base: Any = SFTTrainer
+        extra = {
+            "train_dataset": Dataset.from_dict({"input_ids": entries}),
+            "processing_class": _tokenizer(model),
+        }
+    else:
+        from transformers import Trainer, TrainingArguments
+
+        args = TrainingArguments(**kwargs)
+        base = Trainer
+        extra = {"train_dataset": [{"input_ids": e} for e in entries], "data_collator": run.data_collator()}
+    cls = type(f"{base.__name__}OnCpu", (FsdpOnCpu, base), {}) if args.use_cpu and args.fsdp else base
+    return cls(model=model, args=args, **extra)
+
+
+def _write_facts(out: Path, record: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"facts-rank{record['rank']}.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record), flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train one rank; writes ``facts-rank<r>.json``. Returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m explorer.user_train", description=__doc__.split("\n")[0])
+    parser.add_argument("--settings", required=True, metavar="DIR", help="the folder `explorer best` wrote")
+    parser.add_argument(
+        "--trainer", choices=("plain", "sft"), default="plain", help="Trainer or TRL's SFTTrainer"
+    )
+    parser.add_argument("--steps", type=int, default=3, metavar="N", help="optimizer steps (max_steps)")
+    parser.add_argument(
+        "--out", metavar="DIR", help="folder for facts-rank<r>.json (default: user-run/ beside)"
+    )
+    parser.add_argument(
+        "--data", metavar="FILE.jsonl", help='entries {"input_ids": [...]} (default: synthetic)'
+    )
+    ns = parser.parse_args(argv)
+    settings = Path(ns.settings)
+    out = Path(ns.out) if ns.out else settings / "user-run"
+    try:
+        run = RunSettings.load(settings / "run_settings.json")
+        job = _json(settings / "job.json")
+        kwargs = _arguments(settings, ns.trainer)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    kwargs.update(output_dir=str(out / "trainer"), max_steps=ns.steps)
+    model = _model(job, run)
+    prepared = run.prepare_model(model)  # before the Trainer: environment, some layers checkpointed
+    layers = _Counter(decoder_layers(model))
+    embedding = _Counter([model.get_input_embeddings()], children=False)
+    vocab = int(model.config.get_text_config().vocab_size)
+    entries = _entries(ns.data, n=64, max_length=run.model_max_length, vocab_size=vocab)
+    trainer = _trainer(ns.trainer, kwargs, model=model, entries=entries, run=run)
+    first = _FirstBatch(trainer.data_collator)
+    trainer.data_collator = first
+    try:
+        trainer.train()
+    except Exception as exc:  # the facts as far as they go (a batch drawn, untrained), then the error
+        next(iter(trainer.get_train_dataloader()))
+        record = {**facts(trainer, layers=layers, embedding=embedding, first=first), "prepared": prepared}
+        _write_facts(out, {**record, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"})
+        raise
+    record = {**facts(trainer, layers=layers, embedding=embedding, first=first), "prepared": prepared}
+    _write_facts(out, record)
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
