@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -258,6 +259,19 @@ def test_a_study_runs_to_its_end_in_a_slurm_job(slurm, tmp_path):
     assert (audit["counted"], audit["n_trials"]) == (14, 14)
     _ended_clean(slurm, info, out)
 
+    # explorer plan's sbatch line for the chosen run, submitted as printed: its check run trains
+    plan = slurm.run(
+        str(BIN / "explorer"), "plan", str(study), "--tokens", "1e6", "--out", str(tmp_path / "plan")
+    )
+    line = next(s.strip() for s in plan.stdout.splitlines() if s.strip().startswith("sbatch "))
+    words = shlex.split(line)
+    assert words[1:3] == ["--nodes=1", "--ntasks-per-node=1"] and words[3].startswith("--time=0-00:"), line
+    checked = slurm.submit(tmp_path, "--output", str(tmp_path / "plan-%j.out"), *words[1:])
+    info = slurm.wait_for_end(checked)
+    said = (tmp_path / f"plan-{checked}.out").read_text(errors="replace")
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), said[-3000:]
+    assert re.search(r"^trained \d+ steps .* dataset tok/s/gpu", said, re.M), said[-3000:]
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
@@ -359,8 +373,6 @@ def test_the_time_limit_is_the_predicted_hours_with_the_margin_rounded_up_to_the
 
 
 def test_the_sbatch_line_asks_for_the_nodes_and_gpus_and_starts_torchrun_on_each_node(tmp_path):
-    import shlex
-
     from explorer.best import torchrun_command
     from explorer.plan import PlanJob, sbatch_command
 
