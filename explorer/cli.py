@@ -679,7 +679,9 @@ def _best(args: argparse.Namespace) -> int:
         raise SpecError(file="--steps", field="", problem=f"{args.steps} must be at least 1")
     loaded, study = _open_existing(args)
     spec = loaded.spec
-    selection = select_best(study, margin=spec.memory_margin, cap_gib=spec.resources.device_memory_gib)
+    selection = select_best(
+        study, margin=spec.memory_margin, cap_gib=spec.resources.device_memory_gib, space=loaded.space
+    )
     if selection is None:
         raise SpecError(
             file=args.study,

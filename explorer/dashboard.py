@@ -168,7 +168,7 @@ def serve(
     from explorer.paths import inside
     from explorer.secrets import mask_url
     from explorer.status import load_readonly
-    from explorer.study import open_storage
+    from explorer.study import check_same_job, open_storage
 
     try:
         import optuna_dashboard
@@ -181,7 +181,7 @@ def serve(
     from bottle import run  # optuna-dashboard's own server (wsgiref), as its run_server uses it
     from optuna.artifacts import FileSystemArtifactStore
 
-    load_readonly(loaded)  # the study exists (else one line, nothing written)
+    check_same_job(load_readonly(loaded), loaded)  # the study exists and is this job (else one line)
     storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
     artifacts = artifact_dir(loaded)
     inside(loaded.output_dir, [artifacts], file=str(loaded.file))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from explorer.record import Key, Status, TrialRecord
-from explorer.study import load_readonly, readonly_url
+from explorer.study import check_same_job, load_readonly, readonly_url
 from explorer.study._storage import _BUSY, RETRIES
 
 if TYPE_CHECKING:
@@ -137,6 +137,7 @@ def print_status(loaded: LoadedStudy, printer: Callable[[str], None] = print) ->
     import sqlalchemy
 
     study = load_readonly(loaded)
+    check_same_job(study, loaded)
     for attempt in range(RETRIES):
         try:
             lines = format_status(study)

@@ -11,6 +11,8 @@ from explorer.study._objectives import objective_value
 if TYPE_CHECKING:
     import optuna
 
+    from explorer.space import SearchSpace
+
 __all__ = ["MIN_TOLERANCE", "Selection", "noise_tolerance", "select_best"]
 
 
@@ -28,7 +30,11 @@ class Selection:
 
 
 def select_best(
-    study: optuna.Study, *, margin: float | None = None, cap_gib: float | None = None
+    study: optuna.Study,
+    *,
+    margin: float | None = None,
+    cap_gib: float | None = None,
+    space: SearchSpace | None = None,
 ) -> Selection | None:
     """The best measured feasible trial of ``study`` and its runners-up within noise.
 
@@ -36,11 +42,17 @@ def select_best(
         study: An Optuna study written by ``explorer optimize``.
         margin: The study's ``memory_margin`` (``None``: no memory flag).
         cap_gib: The study's ``device_memory_gib``, for trials stored without their limit.
+        space: The study file's search space: only its configurations are chosen from (a space
+            narrowed since the trials ran leaves the others out).
 
     Returns:
         ``None`` when the study has no feasible (status ``ok``) measured trial.
     """
     ranking = feasible_ranking(study)
+    if space is not None:
+        from explorer.study import config_of
+
+        ranking = [t for t in ranking if space.contains(config_of(t))]
     if not ranking:
         return None
     best = ranking[0]

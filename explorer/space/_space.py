@@ -117,6 +117,17 @@ class SearchSpace:
             params.update(domain.encode(name, value))
         return params
 
+    def contains(self, config: TrialConfig) -> bool:
+        """Whether ``config`` is one of this space's configurations: every knob that applies to it
+        takes a value its domain has (a study whose space was narrowed since holds trials outside)."""
+        values = config.to_dict()
+        for name, domain in self.domains.items():
+            if not knob(name).applies(values, self.facts, self.domains):
+                continue
+            if self.asked_value(name, values) not in domain.values:
+                return False
+        return True
+
     def asked_value(self, name: str, values: Mapping[str, Any]) -> Any:
         """The value of ``name``'s domain that a configuration of ``values`` was asked for: its
         own, or the one that settles to it (:attr:`~explorer.knobs.Knob.settle`: ``DDP`` for

@@ -2,6 +2,7 @@
 optimize loop (which asks :mod:`explorer.search` what to try)."""
 
 from explorer.study._audit import Audit, audit
+from explorer.study._identity import check_same_job
 from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
     COUNTED,
@@ -18,6 +19,7 @@ from explorer.study._storage import is_read_only, load_readonly, open_storage, r
 from explorer.study._utilization import Utilization, slots_of, study_utilization, utilization
 
 __all__ = [
+    "check_same_job",
     "Audit",
     "COUNTED",
     "OBJECTIVE",

@@ -23,7 +23,14 @@ from explorer.store import job_identity
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["IDENTITY_ATTR", "check_identity", "first_difference", "refuse_other_job", "stored_identity"]
+__all__ = [
+    "IDENTITY_ATTR",
+    "check_identity",
+    "check_same_job",
+    "first_difference",
+    "refuse_other_job",
+    "stored_identity",
+]
 
 IDENTITY_ATTR = StudyKey.IDENTITY
 """Study record key: the job the study measures (:func:`explorer.store.job_identity`)."""
@@ -59,6 +66,19 @@ def check_identity(study: optuna.Study, loaded: LoadedStudy) -> None:
         write_study(study, IDENTITY_ATTR, new)
         return
     _refuse(loaded, stored, new)
+
+
+def check_same_job(study: optuna.Study, loaded: LoadedStudy) -> None:
+    """For the verbs that only read a study (``best``, ``report``, ``export``, ``status``,
+    ``audit``, ``plan``, ``dashboard``): refuse a study file whose job differs from the stored one,
+    as ``optimize`` does, but never store anything (a study without an identity reads as it is).
+
+    Raises:
+        SpecError: as :func:`check_identity`.
+    """
+    stored = StudyRecord.of(study).identity
+    if stored is not None:
+        _refuse(loaded, stored, json.loads(json.dumps(job_identity(loaded))))
 
 
 def stored_identity(storage_url: str, name: str) -> dict[str, Any] | None:

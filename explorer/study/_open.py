@@ -9,7 +9,7 @@ from explorer.record import StudyRecord, TrialRecord, write_study
 from explorer.search._sampler import make_sampler
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
-from explorer.study._identity import check_identity
+from explorer.study._identity import check_identity, check_same_job
 from explorer.study._objectives import (
     OBJECTIVES,
     SECOND_OBJECTIVES,
@@ -112,11 +112,15 @@ def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
         if not Path(database).is_file():
             raise missing
         if not writable_file(Path(database)) or not has_schema(Path(database)):
-            return load_readonly(loaded)  # a read-only file, or none of Optuna's tables: none written
+            study = load_readonly(loaded)  # a read-only file, or none of Optuna's tables: none written
+            check_same_job(study, loaded)
+            return study
     try:
-        return open_study(loaded, create=False)
+        study = open_study(loaded, create=False)
     except KeyError:  # optuna: "Record does not exist."
         raise missing from None
+    check_same_job(study, loaded)
+    return study
 
 
 def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:

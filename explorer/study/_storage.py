@@ -110,7 +110,9 @@ def check_intact(database: str, *, field_file: str = "storage") -> None:
     if database in ("", ":memory:") or database.startswith("file:") or not Path(database).is_file():
         return
     try:
-        con = sqlite3.connect(f"file:{Path(database).resolve()}?mode=ro", uri=True, timeout=60)
+        path = Path(database).resolve()
+        immutable = "" if writable_file(path) else "&immutable=1"  # no WAL index can be made there
+        con = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True, timeout=60)
         try:
             rows = [str(r[0]) for r in con.execute("PRAGMA quick_check(5)").fetchall()]
         finally:
