@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from explorer.errors import did_you_mean
-from explorer.spec._objectives import OBJECTIVE, FirstObjective, SecondObjective
+from explorer.spec._objectives import OBJECTIVE, OBJECTIVE_TABLE, FirstObjective, SecondObjective
 
 __all__ = [
     "BudgetSpec",
@@ -786,16 +786,17 @@ class StudySpec(_Spec):
         chosen = {self.objective, self.second_objective}
         if self.objective == self.second_objective:
             raise ValueError(f"second_objective: {self.objective} is already the objective")
+        needs = {o.needs: o.name for o in OBJECTIVE_TABLE if o.name in chosen and o.needs}
         models = [self.resources.gpu_model, *(self.resources.gpu_models or {})]
         unpriced = [m for m in dict.fromkeys(models) if m is not None and m not in self.prices]
-        if "tokens_per_dollar" in chosen and unpriced:
+        if "prices" in needs and unpriced:
             raise ValueError(
-                f"prices: tokens_per_dollar needs a price for {unpriced[0]!r} "
+                f"prices: {needs['prices']} needs a price for {unpriced[0]!r} "
                 f"(USD per GPU-hour), e.g. prices: {{{unpriced[0]}: 4.0}}"
             )
-        if "hours_for_budget" in chosen and self.budget is None:
+        if "budget" in needs and self.budget is None:
             raise ValueError(
-                "budget: hours_for_budget needs budget.tokens (and epochs), e.g. budget: {tokens: 2e9}"
+                f"budget: {needs['budget']} needs budget.tokens (and epochs), e.g. budget: {{tokens: 2e9}}"
             )
         return self
 

@@ -9,6 +9,7 @@ __all__ = [
     "OBJECTIVE",
     "OBJECTIVE_TABLE",
     "OBJECTIVES",
+    "NEEDS_SETTINGS",
     "PER_GPU_RANKED",
     "SECOND_OBJECTIVES",
     "Direction",
@@ -33,6 +34,8 @@ class Objective:
     """Whether ``second_objective`` may name it."""
     doc: str
     """What it is, for the docs (Markdown)."""
+    needs: Literal["prices", "budget"] | None = None
+    """The study-file section its value is computed with (``None``: the trial's measurement alone)."""
     per_gpu_ranked: bool = False
     """Ranks one GPU model's configurations as the per-GPU rate does (a price per GPU-hour only
     scales it), so the throughput prior and the frontier walk, which reason about the per-GPU
@@ -61,7 +64,8 @@ OBJECTIVE_TABLE: tuple[Objective, ...] = (
         first=True,
         second=True,
         doc="dataset tokens per USD, `3600 * per-GPU rate / price`, at the study's `prices` for the "
-        "trial's GPU model (needs `prices`)",
+        "trial's GPU model",
+        needs="prices",
         per_gpu_ranked=True,
     ),
     Objective(
@@ -70,7 +74,8 @@ OBJECTIVE_TABLE: tuple[Objective, ...] = (
         first=True,
         second=True,
         doc="wall-clock hours to process the study's `budget` (tokens times epochs) at the trial's "
-        "total rate, within the space's `number_gpus` (needs `budget`)",
+        "total rate, within the space's `number_gpus`",
+        needs="budget",
     ),
     Objective(
         "number_gpus",
@@ -96,6 +101,8 @@ OBJECTIVES: dict[str, Direction] = {o.name: o.direction for o in OBJECTIVE_TABLE
 """The first objectives a study file may choose, and their directions."""
 SECOND_OBJECTIVES: dict[str, Direction] = {o.name: o.direction for o in OBJECTIVE_TABLE if o.second}
 """The second objectives a study file may ask for, and their directions."""
+NEEDS_SETTINGS = frozenset(o.name for o in OBJECTIVE_TABLE if o.needs)
+"""Objectives computed with the study's prices or budget (``objective_settings``), not the trial alone."""
 PER_GPU_RANKED = frozenset(o.name for o in OBJECTIVE_TABLE if o.per_gpu_ranked)
 """First objectives that rank configurations as the per-GPU rate does (:attr:`Objective.per_gpu_ranked`)."""
 

@@ -91,12 +91,13 @@ def _objectives() -> str:
     rows = [
         "### The objectives (`objective`, `second_objective`)",
         "",
-        "| objective | direction | may be | what it is |",
-        "| --- | --- | --- | --- |",
+        "| objective | direction | may be | needs | what it is |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for o in OBJECTIVE_TABLE:
         place = " and ".join(p for p, ok in (("first", o.first), ("second", o.second)) if ok)
-        rows.append(f"| `{o.name}` | {o.direction} | {place} | {o.doc} |")
+        needs = f"`{o.needs}`" if o.needs else "-"
+        rows.append(f"| `{o.name}` | {o.direction} | {place} | {needs} | {o.doc} |")
     return "\n".join(rows) + "\n"
 
 

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.measurement import Properties
 from explorer.record import StudyKey, StudyRecord, answered_without_running, status_of
-from explorer.spec._objectives import OBJECTIVE, OBJECTIVES, PER_GPU_RANKED, SECOND_OBJECTIVES, Direction
+from explorer.spec._objectives import (
+    NEEDS_SETTINGS,
+    OBJECTIVE,
+    OBJECTIVES,
+    PER_GPU_RANKED,
+    SECOND_OBJECTIVES,
+    Direction,
+)
 
 if TYPE_CHECKING:
     import optuna
@@ -49,7 +56,6 @@ __all__ = [
 _METRIC_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()
 SETTINGS_ATTR = StudyKey.SETTINGS
 """Study record key: the prices, token budget and GPU model the objectives are computed with."""
-_NEEDS_SETTINGS = {"tokens_per_dollar", "hours_for_budget"}
 INFEASIBLE_PLACEHOLDER = 0.0
 INFEASIBLE_MINIMIZED = 1e9
 """Peak memory written for a configuration that did not fit (a finite 'worse than any')."""
@@ -83,7 +89,7 @@ def trial_values(
 ) -> list[float]:
     """The values to tell ``study`` for a trial with these properties (``None``: infeasible)."""
     names = metric_names(study) or [OBJECTIVE]
-    settings = StudyRecord.of(study).settings if _NEEDS_SETTINGS & set(names) else {}
+    settings = StudyRecord.of(study).settings if NEEDS_SETTINGS & set(names) else {}
     directions = [d.name.lower() for d in study.directions]
     values = []
     for name, direction in zip(names, directions, strict=True):
