@@ -6,6 +6,7 @@ from explorer.launch._command import trial_command, trial_environment, zygote_en
 from explorer.launch._contract import Launcher, LauncherKind, launcher_section
 from explorer.launch._placement import ModelPlacement, accelerator_type
 from explorer.launch._ray import RayLauncher, TrialActor, ZygoteHost
+from explorer.launch._ray_health import RayLost
 from explorer.launch._ray_kind import RayKind
 from explorer.launch._replay import ReplayLauncher, ReplayTable
 from explorer.launch._replay_kind import ReplayKind, replay_selection
@@ -23,6 +24,7 @@ __all__ = [
     "ModelPlacement",
     "RayKind",
     "RayLauncher",
+    "RayLost",
     "ReplayKind",
     "ReplayLauncher",
     "ReplayTable",

@@ -361,12 +361,13 @@ class MultiNodeTrial:
         import ray
         from ray.exceptions import RayError
 
+        from explorer.launch._ray_messages import error_line
+
         rank = self.refs.pop(ref)
         try:
             part: Measurement = ray.get(ref)
         except RayError as exc:  # the actor, its node, or node 0's rendezvous died
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            part = Measurement(outcome=Outcome.FAILED, error=f"Ray: {first}", extra={LOST: True})
+            part = Measurement(outcome=Outcome.FAILED, error=f"Ray: {error_line(exc)}", extra={LOST: True})
         self.parts[rank] = part
         self.arrival.append(rank)
         if part.outcome is not Outcome.OK and self.grace_until is None:

@@ -26,6 +26,7 @@ from explorer.fault import LAUNCHER_FAULTS, InjectedFault
 from explorer.job import TrialJob
 from explorer.launch._contract import launcher_section
 from explorer.launch._placement import (
+    SCHEDULE_GRACE_S,
     ModelPlacement,
     MultiNodeTrial,
     Share,
@@ -34,12 +35,13 @@ from explorer.launch._placement import (
     node_capacity,
     rank_nodes,
 )
-from explorer.launch._ray_messages import RayMessages
+from explorer.launch._ray_health import RayLost, dead_process, kill_leftovers, leftovers
+from explorer.launch._ray_messages import RayMessages, error_line
 from explorer.launch._slot import GpuSlot, new_run_id
 from explorer.measurement import Measurement, Outcome
 from explorer.spec import RayLauncherSpec, ResourcesSpec, StudySpec
 
-__all__ = ["RayLauncher", "TrialActor", "ZygoteHost"]
+__all__ = ["RayLauncher", "TrialActor", "ZygoteHost", "loopback_only"]
 
 
 class TrialActor:
@@ -212,6 +214,39 @@ def signals_kept(signals: tuple[signal.Signals, ...] = _KEPT_SIGNALS) -> Iterato
         raise KeyboardInterrupt
 
 
+_CLUSTER_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Ray's switch (read when it is imported) for a node that others can reach; off, a node's address
+is 127.0.0.1, as Ray's own default on macOS and Windows."""
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """The local Ray started within the block serves on 127.0.0.1 only: its GCS, raylet, agents
+    (the dashboard agent's HTTP and Prometheus metrics), workers and autoscaler monitor.
+
+    Ray binds each server to its node's address; the address of a node that ``ray.init`` starts is
+    the machine's outward one (every interface for the servers, ``::``), unless Ray's
+    ``ENABLE_RAY_CLUSTER`` switch is off, when it is 127.0.0.1 (``_node_ip_address="127.0.0.1"``
+    alone is turned back into the outward address). The switch is read at import time in this
+    process, and from the environment in the processes Ray starts (which keep the environment
+    they started with): both are set for the block, and put back after it.
+    """
+    from ray._private import ray_constants
+
+    saved_env = os.environ.get(_CLUSTER_VAR)
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[_CLUSTER_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+        if saved_env is None:
+            os.environ.pop(_CLUSTER_VAR, None)
+        else:
+            os.environ[_CLUSTER_VAR] = saved_env
+
+
 def _leave_sigterm_alone(handler: Any) -> None:
     """Ray's SIGTERM handler, not set: the driver's own stays (:func:`signals_kept`)."""
 
@@ -272,6 +307,8 @@ class _Running:
     ref: Any
     started: float
     """Unix time when the actor was asked for (its GPUs are the trial's from then on)."""
+    deadline: float = float("inf")
+    """Unix time by which the actor must have answered (the trial's timeout plus the grace)."""
     fault: InjectedFault | None = None
     """An injected launcher fault still to strike (``actor_kill``, ``node_restart``)."""
     where: Any = None
@@ -293,6 +330,7 @@ class RayLauncher:
         output_dir: Path,
         warm_start: bool = True,
         gpu_models: dict[str, int] | None = None,
+        grace_s: float = SCHEDULE_GRACE_S,
     ) -> None:
         self.total_gpus = total_gpus
         self.gpu_model = gpu_model
@@ -307,6 +345,9 @@ class RayLauncher:
         self.runner = runner
         self.warm_start = warm_start
         self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        """A trial's actor that has not answered ``timeout_s`` plus this long after it was asked
+        for (hung, stopped, never placed) is killed and the trial FAILED."""
         self.output_dir = output_dir
         self._running: dict[Any, _Running] = {}
         self._multi: list[MultiNodeTrial] = []
@@ -314,7 +355,9 @@ class RayLauncher:
         self._capacity: dict[str, dict[str, int]] = {}
         self._capacity_at: dict[str, float] = {}
         self._started_ray = False
-        self._messages = RayMessages(log_path=output_dir / "ray-messages.log")
+        self._lost: str | None = None
+        """What of the local Ray died, once the launcher saw it (:class:`RayLost`)."""
+        self._messages = RayMessages(log_path=output_dir / "ray-messages.log", lost=self._dead)
         """Ray's error messages (a lost node's raylet log) go to the run folder, not the terminal."""
         self._zygote_prefix = f"explorer-zygote-{uuid.uuid4().hex[:12]}"
         self._zygote_hosts: list[Any] = []
@@ -354,12 +397,13 @@ class RayLauncher:
                 if self.address:
                     ray.init(address=self.address, **common)
                 else:
-                    ray.init(
-                        num_gpus=self.total_gpus,
-                        resources=local_resources(self.placements.values(), self.gpu_models),
-                        runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
-                        **common,
-                    )
+                    with loopback_only():
+                        ray.init(
+                            num_gpus=self.total_gpus,
+                            resources=local_resources(self.placements.values(), self.gpu_models),
+                            runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
+                            **common,
+                        )
         except KeyboardInterrupt:  # a stop signal while Ray started: take down what did start
             if ray.is_initialized():
                 ray.shutdown()
@@ -388,9 +432,22 @@ class RayLauncher:
             host.socket.remote()  # type: ignore[attr-defined]  # warm up now, while the first trial is being asked for
             self._zygote_hosts.append(host)
 
+    def _dead(self) -> str | None:
+        """What of the Ray this launcher started has died (``None``: nothing, or not ours)."""
+        if self._lost is None and self._started_ray:
+            self._lost = dead_process()
+        return self._lost
+
+    def _check_alive(self) -> None:
+        """Raise :class:`RayLost` once the Ray this launcher started has lost its GCS or raylet."""
+        lost = self._dead()
+        if lost is not None:
+            raise RayLost(f"{lost}: the run cannot go on without it")
+
     def shutdown(self) -> None:
         import ray
 
+        left = leftovers() if self._dead() is not None else []  # found while Ray can still tell
         for running in list(self._running.values()):
             ray.kill(running.actor, no_restart=True)
         self._running.clear()
@@ -402,6 +459,7 @@ class RayLauncher:
         self._zygote_hosts.clear()
         if self._started_ray and ray.is_initialized():
             ray.shutdown()
+        kill_leftovers(left)  # a dead raylet's workers and agents, or a live one's without its GCS
         self._messages.restore()
 
     # -- trials ---------------------------------------------------------------------------------
@@ -427,6 +485,7 @@ class RayLauncher:
         number_nodes`` GPUs of it free each (see :mod:`explorer.launch._placement`). A trial that
         no node set of the cluster could ever hold fits (it is submitted, and fails at once).
         """
+        self._check_alive()
         models = [gpu_model or self.gpu_model] if gpu_model or len(self.gpu_models) == 1 else self.gpu_models
         return any(self._fits(number_gpus, number_nodes, m) for m in models)
 
@@ -479,6 +538,7 @@ class RayLauncher:
     def submit(self, job: TrialJob) -> None:
         import ray
 
+        self._check_alive()
         n = job.config.number_gpus
         nodes = job.config.number_nodes
         model = job.config.gpu_model or self.gpu_model
@@ -513,8 +573,17 @@ class RayLauncher:
         ref = run.remote(job.to_json(), str(work_dir), self.runner, self.timeout_s, zygotes)
         where: Any = actor.where
         fault = job.fault if job.fault is not None and job.fault.kind in LAUNCHER_FAULTS else None
+        now = time.time()
         self._running[ref] = _Running(
-            job.trial_number, n, model, actor, ref, started=time.time(), fault=fault, where=where.remote()
+            job.trial_number,
+            n,
+            model,
+            actor,
+            ref,
+            started=now,
+            deadline=now + self.timeout_s + self.grace_s,
+            fault=fault,
+            where=where.remote(),
         )
 
     def _cannot_place(self, number_gpus: int, number_nodes: int, gpu_model: str) -> Measurement:
@@ -574,18 +643,21 @@ class RayLauncher:
         import ray
         from ray.exceptions import RayError
 
+        self._check_alive()
         done: list[tuple[int, Measurement]] = self._rejected
         self._rejected = []
         lost = self._strike_faults()
         if lost:
             return done + lost
+        done += self._overdue()
         refs = list(self._running) + [ref for multi in self._multi for ref in multi.pending_refs()]
         if not refs:
             return done
         if done:
             timeout_s = 0.0
-        if self._multi:  # wake up for a grace period or deadline that runs out
-            timeout_s = max(0.0, min(timeout_s, min(m.next_event() for m in self._multi) - time.time()))
+        # wake up for a deadline or a multi-node grace period that runs out
+        events = [r.deadline for r in self._running.values()] + [m.next_event() for m in self._multi]
+        timeout_s = max(0.0, min(timeout_s, min(events) - time.time()))
         ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_s)
         for ref in ready:
             running = self._running.pop(ref, None)
@@ -594,10 +666,14 @@ class RayLauncher:
                 continue
             try:
                 measurement = ray.get(ref)
-            except RayError as exc:  # the actor or its node died
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            except RayError as exc:  # the actor or its node died: the trial's failure, unless Ray's own
+                self._running[ref] = running  # still in flight: interrupted, if the run ends here
+                self._check_alive()
+                del self._running[ref]
                 measurement = Measurement(
-                    outcome=Outcome.FAILED, error=f"Ray: {first}", wall_seconds=time.time() - running.started
+                    outcome=Outcome.FAILED,
+                    error=f"Ray: {error_line(exc)}",
+                    wall_seconds=time.time() - running.started,
                 )
             ray.kill(running.actor, no_restart=True)
             done.append((running.trial_number, self._with_slot(measurement, running.gpus, running.started)))
@@ -609,6 +685,29 @@ class RayLauncher:
             multi.release()
             self._multi.remove(multi)
             done.append((multi.trial_number, self._with_slot(measurement_or_none, multi.gpus, multi.started)))
+        return done
+
+    def _overdue(self) -> list[tuple[int, Measurement]]:
+        """The one-node trials whose actor has not answered by its deadline (hung, stopped, never
+        placed): the actor killed, the trial FAILED."""
+        import ray
+
+        now = time.time()
+        done = []
+        for ref, running in list(self._running.items()):
+            if now < running.deadline:
+                continue
+            del self._running[ref]
+            ray.kill(running.actor, no_restart=True)
+            failed = Measurement(
+                outcome=Outcome.FAILED,
+                error=(
+                    f"no answer within {self.timeout_s:.0f} s (the trial's timeout) + {self.grace_s:.0f} s:"
+                    " its Ray actor was killed"
+                ),
+                wall_seconds=now - running.started,
+            )
+            done.append((running.trial_number, self._with_slot(failed, running.gpus, running.started)))
         return done
 
     def _with_slot(self, measurement: Measurement, gpus: int, started: float) -> Measurement:

@@ -20,13 +20,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["RayMessages"]
+__all__ = ["RayMessages", "error_line", "plain"]
 
 QUIET_S = 60.0
 """After a line about Ray's messages, the next one is kept to the file only for this long."""
 
 _NODE_DEAD = re.compile(r"node id: (\w+) and address: (\S+) .*marked dead")
 _RAYLET_DIED = "Raylet is terminated"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TASK_HEADER = re.compile(r"^ray::\S+ \(pid=")
+"""The first line of a task's error (``ray::TrialActor.run() (pid=..., ip=...)``): where, not why."""
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal colour codes (Ray colours the header of a task's error)."""
+    return _ANSI.sub("", text)
+
+
+def error_line(exc: BaseException) -> str:
+    """One plain line for a Ray error: what the task raised, else the first line of Ray's own
+    words that is not the task's header (an actor that died: how)."""
+    from explorer.oom import failure_line
+
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        return plain(failure_line(cause))
+    lines = [line.strip() for line in plain(str(exc)).splitlines() if line.strip()]
+    said = [line for line in lines if not _TASK_HEADER.match(line)]
+    return (said or lines or [type(exc).__name__])[0]
 
 
 def summary(text: str) -> str:
@@ -49,14 +70,23 @@ class RayMessages:
         log_path: the file the messages are appended to (its folder is made if missing).
         stream: where the one line goes (default: stderr at the time of the message).
         clock: seconds, monotonic (tests pass their own).
+        lost: what of the local Ray died (``None``: nothing), asked before each line: a message
+            about the loss of the local Ray itself goes to the file only, the run says it in its
+            own line (:class:`explorer.launch.RayLost`).
     """
 
     def __init__(
-        self, *, log_path: Path, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        *,
+        log_path: Path,
+        stream: TextIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        lost: Callable[[], str | None] | None = None,
     ) -> None:
         self.log_path = log_path
         self._stream = stream
         self._clock = clock
+        self._lost = lost
         self._lock = threading.Lock()
         self._last_line: float | None = None
         self._original: Any = None
@@ -87,6 +117,8 @@ class RayMessages:
         text = "\n".join(str(line) for line in data.get("lines", []))
         with self._lock:
             kept = self._keep(text)
+            if self._lost is not None and self._lost() is not None:
+                return
             now = self._clock()
             if self._last_line is not None and now - self._last_line < QUIET_S:
                 return
