@@ -85,6 +85,7 @@ _COLUMNS = (
     ("status", "left"),
     ("configuration", "left"),
     ("tok/s/gpu", "right"),
+    ("95% CI", "right"),
     ("wall s", "right"),
     ("reason", "left"),
 )
@@ -109,9 +110,11 @@ def format_status(study: optuna.Study) -> list[str]:
             config = "-"
         value = record.per_gpu if status == Status.OK else None
         throughput = f"{value:.1f}" if value is not None else "-"
+        ci = record.step_time_rel_ci if value is not None else None
+        ci_txt = f"+-{100 * ci:.1f}%" if ci is not None else "-"  # the interval of the mean step time
         wall = record.wall_seconds
         wall_txt = f"{wall:.1f}" if wall is not None else "-"
-        rows.append((str(t.number), t.state.name, status, config, throughput, wall_txt, _reason(t)))
+        rows.append((str(t.number), t.state.name, status, config, throughput, ci_txt, wall_txt, _reason(t)))
         placed = _placement(t)
         if placed:
             logs.append(placed)

@@ -71,7 +71,7 @@ def test_status_table_shows_configuration_throughput_and_reasons(write_study, tm
     running = study.ask()  # asked, configuration not yet recorded: shown without one
     assert main(["status", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:6] == ["trial", "state", "status", "configuration", "tok/s/gpu", "wall"]
+    assert out[0].split()[:8] == ["trial", "state", "status", "configuration", "tok/s/gpu", "95%", "CI", "wall"]
     rows = out[1:5]
     assert rows[0].split()[:3] == ["0", "COMPLETE", "invalid"]
     assert "bs=4 gpus=1 single ckpt=off len=64" in rows[0]
@@ -82,7 +82,7 @@ def test_status_table_shows_configuration_throughput_and_reasons(write_study, tm
     assert rows[2].split()[:3] == ["2", "FAIL", "failed"] and " 3.2" in rows[2]
     assert "rank 1: ValueError: no_such_optimizer is not a known optimizer xxx" in rows[2]
     assert rows[2].endswith("...") and len(rows[2]) < 200  # one line, truncated
-    assert rows[3].split() == ["3", "RUNNING", "-", "-", "-", "-"]
+    assert rows[3].split() == ["3", "RUNNING", "-", "-", "-", "-", "-"]
     assert out[5] == "4 trials (- 1, failed 1, invalid 1, oom 1); best: -"
     assert out[6] == f"trial 2 log: {log}"
     assert running.number == 3
