@@ -14,7 +14,8 @@ with what ``explorer best`` wrote, and nothing of the benchmark's worker::
   ``TrainingArguments(**...)``; ``--trainer sft``: ``sft_config.json``, ``SFTConfig(**...)``;
 * ``run_settings.json``: :meth:`explorer.settings.RunSettings.prepare_model` on the model
   (the environment, some layers checkpointed) and, for a plain Trainer,
-  :meth:`~explorer.settings.RunSettings.data_collator` (padding, packing); the model's keywords;
+  :meth:`~explorer.settings.RunSettings.data_collator` (padding, packing); the model's keywords
+  and LoRA adapters (:meth:`~explorer.settings.RunSettings.peft_config`);
 * ``job.json``: the model only (its architecture or path; ``workload.model``).
 
 The data are synthetic token entries of varied lengths up to ``model_max_length`` (``--data``: a
@@ -83,7 +84,8 @@ def _entries(path: str | None, *, n: int, max_length: int, vocab_size: int) -> l
 
 
 def _model(job: dict[str, Any], run: RunSettings) -> Any:
-    """The model of ``job.json``'s ``workload.model`` with ``run_settings.json``'s keywords."""
+    """The model of ``job.json``'s ``workload.model`` with ``run_settings.json``'s keywords (and its
+    LoRA adapters, where it names them)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -98,6 +100,11 @@ def _model(job: dict[str, Any], run: RunSettings) -> Any:
     else:
         model = AutoModelForCausalLM.from_pretrained(job.get("model_path") or spec["path"], **kwargs)
     model.config.use_cache = False
+    peft = run.peft_config()  # LoRA: as the benchmark trained it
+    if peft is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, peft)
     return model
 
 

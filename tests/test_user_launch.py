@@ -263,6 +263,45 @@ def test_the_public_calls_apply_what_no_setting_holds():
     assert batch["input_ids"].shape == (1, 17)
 
 
+def test_a_lora_winner_carries_its_adapters(write_study, tmp_path):
+    """LoRA has no TrainingArguments field: run_settings.json names peft's LoraConfig, and the
+    user's model gets the adapters the worker's had (the same trainable parameters)."""
+    from peft import get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from explorer.spec import MethodSpec, ModelSpec
+    from explorer.worker._model import build_model, load_config
+
+    method = {"kind": "lora", "r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj", "down_proj"]}
+    loaded = load_study(write_study({"workload": {"method": method}}))
+    best = tmp_path / "best"
+    config = TrialConfig(**(BASE | WINNERS["ddp_half_checkpointed"] | {"lora_r": 8}))
+    write_config(loaded, config, best, steps=3, trial_number=0, device_type="cpu", title="lora")
+    run = RunSettings.load(best)
+    assert run.lora == {
+        "r": 8,
+        "lora_alpha": 8,
+        "lora_dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj", "down_proj"],
+        "task_type": "CAUSAL_LM",
+    }
+    spec = ModelSpec(name="tiny", architecture=TINY_ARCH)
+    worker = build_model(spec, None, load_config(spec, None), lora_r=8, method=MethodSpec(**method))
+    arch = dict(TINY_ARCH)
+    user = get_peft_model(
+        AutoModelForCausalLM.from_config(AutoConfig.for_model(arch.pop("model_type"), **arch)),
+        run.peft_config(),
+    )
+
+    def trainable(model: Any) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(p.shape) for n, p in model.named_parameters() if p.requires_grad}
+
+    assert (
+        trainable(user) == trainable(worker)
+        and len(trainable(user)) == 2 * 3 * TINY_ARCH["num_hidden_layers"]
+    )
+
+
 def test_a_bad_run_settings_file_is_one_line_exit_2(tmp_path, capsys):
     from explorer.user_train import main
 

@@ -201,9 +201,10 @@ def launch_script(title: str, config: TrialConfig, *, torchrun: str, accelerate:
 
 
 def outside_training_arguments(config: TrialConfig) -> list[str]:
-    """The knobs of ``config`` that training_arguments.json cannot hold (the model, the data, what
-    the worker applies itself), where they are not at their default: a script of your own must set
-    them too (``explorer.train_best`` does)."""
+    """The knobs of ``config`` that are no ``TrainingArguments`` field of their own (the model, the
+    data, what the worker applies itself), where they are not at their default: the written files
+    carry them (run_settings.json: :class:`explorer.settings.RunSettings`), and a script of your
+    own applies them as ``explorer.user_train`` does."""
     from explorer.knobs import knobs
 
     settings = [
@@ -217,7 +218,8 @@ def outside_training_arguments(config: TrialConfig) -> list[str]:
     if not settings:
         return []
     return [
-        f"  not in TrainingArguments (set by explorer.train_best, or by your script): {', '.join(settings)}"
+        f"  not a TrainingArguments field of their own (the files below carry them; your script applies "
+        f"run_settings.json as explorer.user_train does): {', '.join(settings)}"
     ]
 
 

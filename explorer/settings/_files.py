@@ -53,5 +53,5 @@ def launch_settings(
             layer_classes=layer_classes,
             header=header,
         ),
-        run=run_settings(job.config),
+        run=run_settings(job.config, job.workload.method),
     )

@@ -9,10 +9,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from explorer.settings._training import fsdp_environment, model_kwargs, selective_checkpointing
+from explorer.settings._training import fsdp_environment, lora_kwargs, model_kwargs, selective_checkpointing
 
 if TYPE_CHECKING:
     from explorer.settings._data import PaddingCollator
+    from explorer.spec import MethodSpec
     from explorer.trial_config import TrialConfig
 
 __all__ = ["HOW", "RunSettings", "SettingsError", "run_settings"]
@@ -23,6 +24,8 @@ HOW = {
     "data_collator": "a plain Trainer's data_collator=explorer.settings.RunSettings.load(PATH).data_collator() "
     "(padding; TRL's SFTTrainer makes its own from sft_config.json)",
     "model_kwargs": "keywords of AutoModelForCausalLM.from_pretrained / from_config (dtype by name)",
+    "lora": "peft's LoraConfig keywords (null: full fine-tuning): get_peft_model(model, "
+    "RunSettings.load(PATH).peft_config()) before prepare_model, or SFTTrainer(peft_config=...)",
     "cpu": "on the CPU only, FSDP needs explorer.settings.FsdpOnCpu before the Trainer class "
     "(class T(FsdpOnCpu, Trainer)): accelerate ignores FSDP there",
 }
@@ -49,6 +52,8 @@ class RunSettings:
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
     """Variables the launch needs (FSDP1's strategy): the written torchrun command sets them."""
+    lora: dict[str, Any] | None = None
+    """peft's ``LoraConfig`` keywords (``None``: full fine-tuning)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "how": HOW}
@@ -89,7 +94,10 @@ class RunSettings:
             raise SettingsError(
                 f"{p}: field padding: {data['padding']!r} is not max_length, longest or packed"
             )
-        return cls(**{k: data[k] for k in types})
+        lora = data.get("lora")
+        if lora is not None and not isinstance(lora, dict):
+            raise SettingsError(f"{p}: field lora: wrong type {type(lora).__name__}")
+        return cls(**{k: data[k] for k in types}, lora=lora)
 
     def apply_environment(self) -> dict[str, str]:
         """Set :attr:`environment`'s variables that are unset; returns those it set."""
@@ -110,6 +118,14 @@ class RunSettings:
             done["checkpointed_layers"] = [i for i, m in enumerate(layers) if m.gradient_checkpointing]
         return done
 
+    def peft_config(self) -> Any:
+        """peft's ``LoraConfig`` of a LoRA configuration (``None``: full fine-tuning)."""
+        if self.lora is None:
+            return None
+        from peft import LoraConfig
+
+        return LoraConfig(**self.lora)
+
     def data_collator(self) -> PaddingCollator:
         """A plain ``Trainer``'s ``data_collator`` for :attr:`padding` (packing has no
         ``TrainingArguments`` field)."""
@@ -118,8 +134,8 @@ class RunSettings:
         return PaddingCollator(self.padding, self.model_max_length)
 
 
-def run_settings(c: TrialConfig) -> RunSettings:
-    """The :class:`RunSettings` of configuration ``c``."""
+def run_settings(c: TrialConfig, method: MethodSpec | None = None) -> RunSettings:
+    """The :class:`RunSettings` of configuration ``c`` (``method``: the workload's, for LoRA)."""
     return RunSettings(
         model_max_length=int(c.model_max_length),
         padding=str(c.padding),
@@ -127,4 +143,5 @@ def run_settings(c: TrialConfig) -> RunSettings:
         liger_kernel=bool(c.liger_kernel),
         model_kwargs=model_kwargs(c),
         environment=fsdp_environment(c),
+        lora=lora_kwargs(c.lora_r, method),
     )

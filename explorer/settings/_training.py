@@ -9,12 +9,14 @@ from explorer.knobs import run_options
 
 if TYPE_CHECKING:
     from explorer.job import TrialJob
+    from explorer.spec import MethodSpec
     from explorer.trial_config import TrialConfig
 
 __all__ = [
     "BENCHMARK_ONLY",
     "checkpointing_field",
     "fsdp_environment",
+    "lora_kwargs",
     "model_kwargs",
     "process_group_backend",
     "selective_checkpointing",
@@ -71,6 +73,20 @@ def model_kwargs(c: TrialConfig) -> dict[str, Any]:
     ``model_kwarg``, and the weights' dtype (``float32`` master weights for mixed precision,
     ``bfloat16`` for pure bf16)."""
     return {**run_options(c, "model_kwarg"), "dtype": "bfloat16" if c.precision == "pure_bf16" else "float32"}
+
+
+def lora_kwargs(lora_r: int | None, method: MethodSpec | None) -> dict[str, Any] | None:
+    """peft's ``LoraConfig`` keywords of a LoRA configuration (rank ``lora_r``, the rest from the
+    workload's method); ``None`` for full fine-tuning."""
+    if lora_r is None or method is None or method.kind != "lora":
+        return None
+    return {
+        "r": int(lora_r),
+        "lora_alpha": method.alpha,
+        "lora_dropout": method.dropout,
+        "target_modules": list(method.target_modules),
+        "task_type": "CAUSAL_LM",
+    }
 
 
 def training_kwargs(

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from explorer.settings import lora_kwargs
 from explorer.spec import MethodSpec, ModelSpec
 
 __all__ = ["build_model", "build_tokenizer", "decoder_layer_classes", "load_config"]
@@ -57,19 +58,11 @@ def build_model(
     # training keeps no KV cache: it would only cost memory, and with one a packed row's attention
     # mask is not built from its position ids (entries would attend across their boundaries)
     model.config.use_cache = False
-    if lora_r is not None:
+    lora = lora_kwargs(lora_r, method)  # as a user's run applies it (run_settings.json)
+    if lora is not None:
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=lora_r,
-                lora_alpha=method.alpha,
-                lora_dropout=method.dropout,
-                target_modules=list(method.target_modules),
-                task_type="CAUSAL_LM",
-            ),
-        )
+        model = get_peft_model(model, LoraConfig(**lora))
     return model
 
 
