@@ -342,6 +342,11 @@ def test_fsdp1_shard_grad_op_winner(write_study, tmp_path, which):
             facts["wrapper"] == "FullyShardedDataParallel" and facts["sharding_strategy"] == "SHARD_GRAD_OP"
         )
         assert facts["steps"] == 3 and facts["cpu_fsdp_shim"] is True
+        # the launch itself set FSDP1's strategy (the written torchrun line, or accelerate from
+        # accelerate.yaml), not prepare_model's fallback
+        assert (
+            facts["fsdp_sharding_strategy_env"] == "SHARD_GRAD_OP" and facts["prepared"]["environment"] == {}
+        )
 
 
 @pytest.mark.slow
