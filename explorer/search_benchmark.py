@@ -1,26 +1,26 @@
 """``explorer benchmark-search``: how fast does a sampler find the best configuration of a table?
 
-Each *variant* runs the study's optimize loop against a recorded table (the replay launcher), in a
-fresh in-memory study per repeat, with seeds 0..R-1:
+Each *variant* is a search strategy (``sampler.strategy``, :mod:`explorer.search._strategies`)
+and runs the study's optimize loop against a recorded table (the replay launcher), in a fresh
+in-memory study per repeat, with seeds 0..R-1, whatever sampler the study file names (TPE with
+explorer's settings behind the strategies that ask one):
 
 * ``default``: explorer's default search: the frontier walk's probes while they fit, then the
   joint models of :mod:`explorer.search._surrogate` over the whole space (first-principles
   priors of :mod:`explorer.search._physics` scaled to the measured trials), TPE (multivariate,
-  grouped, constant liar) as the sampler behind them, and OOM inference on, whatever sampler the
-  study file names;
+  grouped, constant liar) as the sampler behind them, and OOM inference on;
 * ``no-inference``: the same with OOM inference off;
 * ``no-priors``: the walk variant (below) without the memory and throughput priors that order
   its neighbours;
 * ``cover-start``: the default without the frontier walk (the joint models from the first trial);
-* ``tpe-every-3``: the default with every third trial from TPE (``sampler.global_every: 3``);
+* ``tpe-every-3``: the default with every third trial from TPE;
 * ``no-local-search``: the same TPE (5 random start-up trials) and OOM inference, without local
   search;
 * ``random``: Optuna's RandomSampler, no inference (ado's random walk, in effect);
 * ``optuna``: Optuna's TPESampler with its defaults (plain TPE); OOM is still a constraint, no
   inference;
 * ``walk``: the default before issue 23: the frontier walk, 5 covering start-up trials, then
-  neighbours of the best configurations ordered by the memory and throughput priors
-  (``LocalSearch.surrogate`` off);
+  neighbours of the best configurations ordered by the memory and throughput priors;
 * ``gp``: Optuna's GPSampler with its defaults (categorical parameters one-hot, conditional ones
   sampled independently); no inference.
 
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.launch._replay import OBJECTIVE, ReplayTable
 from explorer.spec import LoadedStudy
+from explorer.spec._models import STRATEGIES
 
 if TYPE_CHECKING:
     import optuna
@@ -54,20 +55,8 @@ if TYPE_CHECKING:
 
 __all__ = ["VARIANTS", "SearchRun", "benchmark_search", "best_in_table", "summarize_runs", "trial_sequence"]
 
-VARIANTS = (
-    "default",
-    "no-inference",
-    "no-priors",
-    "cover-start",
-    "tpe-every-3",
-    "no-local-search",
-    "random",
-    "optuna",
-    "gp",
-    "walk",
-)
-LOCAL = ("default", "no-inference", "no-priors", "cover-start", "tpe-every-3", "walk")
-"""The variants with local search."""
+VARIANTS = STRATEGIES
+"""Every search strategy, by name: the variants compared."""
 TARGET = 0.98
 NOISE_FREE = "dataset_tokens_per_second_per_gpu_noise_free"
 """A table's noise-free objective, when it has one (a modelled table): what runs are scored by."""
@@ -163,23 +152,6 @@ def gpu_seconds(loaded: LoadedStudy, table: ReplayTable, config: TrialConfig) ->
     return config.number_gpus * seconds
 
 
-def _sampler(variant: str, seed: int) -> optuna.samplers.BaseSampler:
-    import optuna
-
-    from explorer.search._sampler import make_sampler
-    from explorer.spec import SamplerSpec
-
-    if variant in (*LOCAL, "no-local-search"):
-        return make_sampler(SamplerSpec(kind="tpe", seed=seed))
-    if variant == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if variant == "optuna":
-        return optuna.samplers.TPESampler(seed=seed)
-    if variant == "gp":
-        return optuna.samplers.GPSampler(seed=seed, warn_independent_sampling=False)
-    raise ValueError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
-
-
 def _run_study(
     loaded: LoadedStudy, variant: str, seed: int, *, n_trials: int
 ) -> list[optuna.trial.FrozenTrial]:
@@ -191,33 +163,18 @@ def _run_study(
     from explorer.spec import SamplerSpec
     from explorer.study import open_study, optimize
 
-    # the study file's sampler (grid, say) is replaced by the variant's
+    # the study file's sampler (grid, say) is replaced by the variant's strategy, with TPE behind
+    # it; OOM inference is the strategy's to turn off
     spec = loaded.spec.model_copy(
         update={
             "n_trials": n_trials,
-            "infer_oom": variant != "no-inference" and variant in (*LOCAL, "no-local-search"),
-            "sampler": SamplerSpec(
-                seed=seed,
-                local_search=variant in LOCAL,
-                memory_prior=variant != "no-priors",
-                throughput_prior=variant != "no-priors",
-                frontier_start=variant != "cover-start",
-                global_every=3 if variant == "tpe-every-3" else 0,
-            ),
+            "infer_oom": True,
+            "sampler": SamplerSpec(seed=seed, strategy=variant),
         }
     )
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
-    from explorer.search import _neighbours
-
-    before = _neighbours.SURROGATE
-    _neighbours.SURROGATE = variant != "walk"
-    try:
-        optimize(
-            run, printer=lambda _: None, sampler=_sampler(variant, seed), storage=storage, write_ahead=False
-        )
-    finally:
-        _neighbours.SURROGATE = before
+    optimize(run, printer=lambda _: None, storage=storage, write_ahead=False)
     trials = open_study(run, create=False, storage=storage).get_trials(deepcopy=False)
     return sorted(trials, key=lambda t: t.number)
 

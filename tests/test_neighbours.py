@@ -84,19 +84,16 @@ def test_proposals_skip_what_is_answered_inferred_or_in_flight(loaded):
     assert local.propose(feasible=[(best, 100.0)], answered=answered, ooms=[(7, oom)]) is None
 
 
-def test_a_study_climbs_from_its_best_trials(loaded, monkeypatch):
-    """The walk variant (the default before issue 23): the frontier walk, covering start-up
+def test_a_study_climbs_from_its_best_trials(loaded):
+    """The walk strategy (the default before issue 23): the frontier walk, covering start-up
     trials, then neighbours of the best."""
     import optuna
-
-    from explorer.search import _neighbours
-
-    monkeypatch.setattr(_neighbours, "SURROGATE", False)
 
     from explorer.study import open_study, optimize
     from explorer.study._record import config_of
 
-    spec = loaded.spec.model_copy(update={"n_trials": 25})
+    walk = loaded.spec.sampler.model_copy(update={"strategy": "walk"})
+    spec = loaded.spec.model_copy(update={"n_trials": 25, "sampler": walk})
     run = dataclasses.replace(loaded, spec=spec)
     storage = optuna.storages.InMemoryStorage()
     optimize(run, printer=lambda _: None, storage=storage)
@@ -121,7 +118,10 @@ def test_a_study_climbs_from_its_best_trials(loaded, monkeypatch):
     after = [t for t in trials if t.number > 5 and t.user_attrs.get("status") not in ("reused", "inferred")]
     assert all(t.user_attrs.get("proposed_by", "").startswith("neighbour") for t in after)
     off = dataclasses.replace(
-        run, spec=spec.model_copy(update={"sampler": spec.sampler.model_copy(update={"local_search": False})})
+        run,
+        spec=spec.model_copy(
+            update={"sampler": spec.sampler.model_copy(update={"strategy": "no-local-search"})}
+        ),
     )
     storage = optuna.storages.InMemoryStorage()
     optimize(off, printer=lambda _: None, storage=storage)

@@ -8,10 +8,10 @@ settings, every backend, and the ends and middle of the batch range.
 
 The spaces explorer searches are small and discrete, and their best configurations sit next to
 other good ones: one step of batch size, one GPU count, checkpointing, the FSDP version or sharding
-strategy away. After the start-up trials, the optimize loop asks :class:`LocalSearch` for an
-unanswered *neighbour* of the best few feasible configurations (their neighbourhoods pooled) and
-enqueues it; TPE is asked only when every neighbour of the best few is answered (and, with
-``sampler.global_every: N``, every N-th trial).
+strategy away. After the start-up trials, the strategy (:mod:`explorer.search._strategies`)
+asks :class:`LocalSearch` for an unanswered *neighbour* of the best few feasible configurations
+(their neighbourhoods pooled) and the loop enqueues it; TPE is asked only when every neighbour of
+the best few is answered (and, in the ``tpe-every-3`` strategy, every third trial).
 
 A neighbour differs by one move:
 
@@ -60,8 +60,8 @@ __all__ = ["SURROGATE", "LocalSearch"]
 
 SURROGATE = True
 """Whether a new :class:`LocalSearch` proposes from the joint models after the frontier walk (the
-default since issue 23; benchmark-search's ``walk`` variant turns it off: the walk, then neighbours
-of the best configurations)."""
+default since issue 23; the ``walk`` strategy, :mod:`explorer.search._strategies`, turns it off for
+its own: the walk, then neighbours of the best configurations)."""
 
 
 @dataclass(kw_only=True)
@@ -83,7 +83,7 @@ class LocalSearch:
     surrogate: bool = field(default_factory=lambda: SURROGATE)
     """With both priors on: propose from the joint models of
     :mod:`explorer.search._surrogate` over the whole space instead of the walk and the neighbours
-    (on by default: benchmark-search's ``walk`` variant turns it off, see :data:`SURROGATE`)."""
+    (on by default: the ``walk`` strategy turns it off, see :data:`SURROGATE`)."""
     workload: WorkloadSpec | None = None
     """The job, for the joint models' first-principles priors (:mod:`explorer.search._physics`);
     ``None`` or a model without a known architecture: the registry's orders are the priors."""

@@ -33,6 +33,7 @@ __all__ = [
     "parse_amount",
     "parse_hours",
     "SYNTHETIC_PRESETS",
+    "STRATEGIES",
     "DurationSpec",
     "FaultKind",
     "FaultSpec",
@@ -569,41 +570,107 @@ LauncherSpec = Annotated[
 """Where trials run: the section of the kind ``launcher.kind`` names."""
 
 
-class SamplerSpec(_Spec):
-    """The Optuna sampler."""
+STRATEGIES = (
+    "default",
+    "no-inference",
+    "no-priors",
+    "cover-start",
+    "tpe-every-3",
+    "no-local-search",
+    "random",
+    "optuna",
+    "gp",
+    "walk",
+)
+"""The search strategies' names, in the order ``benchmark-search`` reports them: each is a class
+registered in :mod:`explorer.search._strategies` (``tests/test_strategies.py`` checks that the two
+agree). Named here because the study file refuses an unknown name and :mod:`explorer.spec` imports
+nothing above it."""
+LEGACY_FLAGS: dict[str, object] = {
+    "local_search": True,
+    "frontier_start": True,
+    "global_every": 0,
+    "memory_prior": True,
+    "throughput_prior": True,
+}
+"""The sampler's flags before ``strategy`` named the search, with their old defaults."""
 
+
+class SamplerSpec(_Spec):
+    """The search strategy and the Optuna sampler behind it."""
+
+    strategy: str = "default"
+    """Which search proposes the trials (:mod:`explorer.search._strategies`, docs/search.md):
+
+    * ``default``: the frontier walk while its probes fit, then the joint models' choice over the
+      whole space, around first-principles priors calibrated by the measured trials; the sampler
+      (``kind``) is asked when nothing is left open;
+    * ``no-inference``: ``default`` without OOM inference (``infer_oom`` ignored);
+    * ``cover-start``: ``default`` without the frontier walk; ``tpe-every-3``: ``default`` with
+      every third trial from the sampler;
+    * ``walk``: the frontier walk, covering start-up trials, then unanswered neighbours of the best
+      configurations ordered by the memory and throughput priors; ``no-priors``: the same
+      neighbour search without the priors;
+    * ``no-local-search``: the sampler (``kind``) alone;
+    * ``random``, ``optuna`` (TPE with Optuna's defaults), ``gp`` (Optuna's GPSampler with its
+      defaults): plain Optuna samplers as baselines, without OOM inference; they ignore ``kind``
+      and ``n_startup_trials``.
+
+    The proposing strategies propose only in front of ``kind: tpe`` or ``gp`` (with ``random`` or
+    ``grid`` the sampler alone runs), and the frontier walk and the throughput prior only for an
+    objective ranked as the per-GPU rate is. ``when_converged: explore`` works under every one.
+    The flags that named a search before (``local_search: false``, ``frontier_start: false``,
+    ``global_every: 3``, ``memory_prior`` and ``throughput_prior: false``) load as the strategy
+    they were; any other setting of them is refused."""
     kind: Literal["tpe", "gp", "random", "grid"] = "tpe"
-    """``tpe`` (the default: multivariate, grouped for the conditional FSDP parameters, constant
+    """The Optuna sampler behind the strategy, asked whenever the strategy proposes nothing:
+    ``tpe`` (the default: multivariate, grouped for the conditional FSDP parameters, constant
     liar for parallel trials); ``gp`` (Optuna's GPSampler: it has no conditional spaces, so the
     backend and FSDP settings are sampled at random; on the benchmark tables it was worse than TPE
     on two of three); ``random``; ``grid`` (every configuration, enqueued)."""
     seed: Seed | None = 0
     n_startup_trials: NonNegativeInt | None = None
-    """TPE/GP: random trials before the model kicks in (explorer's default if unset)."""
-    local_search: bool = True
-    """TPE/GP: the driver proposes the trials: the frontier walk while its probes fit, then the
-    joint models' choice over the whole space, around first-principles priors calibrated by the
-    measured trials (:mod:`explorer.search._surrogate`, docs/search.md); the sampler is asked
-    when nothing is left open. With ``memory_prior`` or ``throughput_prior`` off, the search
-    before issue 23: covering start-up trials, then unanswered neighbours of the best
-    configurations (:mod:`explorer.search._neighbours`)."""
-    frontier_start: bool = True
-    """With ``local_search``: begin with the frontier walk: the configurations the throughput prior
-    ranks highest, each searched for the largest batch it fits, until one runs out of memory where
-    nothing is known to fit (:mod:`explorer.search._frontier`)."""
-    global_every: NonNegativeInt = 0
-    """With ``local_search``: every this many trials, ask the sampler instead of the neighbourhood
-    (0: only when no neighbour is left)."""
-    memory_prior: bool = True
-    """With ``local_search``: the joint models (off: the neighbour search, whose neighbours that a
-    memory model fitted to the study's measured peaks
-    predicts to run out of memory are proposed after the others, never skipped;
-    :mod:`explorer.search._memory_model`)."""
-    throughput_prior: bool = True
-    """With ``local_search``: the joint models (off: the neighbour search, whose neighbours that a
-    measured configuration with no more GPUs, no more sharding and no checkpointing caps below 98%
-    of the best are proposed after the others, never skipped;
-    :mod:`explorer.search._throughput_prior`)."""
+    """TPE/GP: random trials before the model kicks in (explorer's default if unset); the
+    strategies' start-up trials (the frontier walk, the covering start) count against it too."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_flags(cls, data: Any) -> Any:
+        """The flags that named a search before ``strategy`` (``local_search``, ``frontier_start``,
+        ``global_every``, ``memory_prior``, ``throughput_prior``): a setting that was one of the
+        strategies becomes its name; any other is refused, naming the field to use."""
+        if not isinstance(data, dict) or not LEGACY_FLAGS.keys() & data.keys():
+            return data
+        given = {k: data[k] for k in LEGACY_FLAGS if k in data}
+        rest = {k: v for k, v in data.items() if k not in LEGACY_FLAGS}
+        name = None
+        if all(type(v) is type(LEGACY_FLAGS[k]) for k, v in given.items()):
+            changed = tuple(sorted((k, v) for k, v in given.items() if v != LEGACY_FLAGS[k]))
+            name = {
+                (): rest.get("strategy", "default"),
+                (("memory_prior", False), ("throughput_prior", False)): "no-priors",
+                (("frontier_start", False),): "cover-start",
+                (("global_every", 3),): "tpe-every-3",
+            }.get(changed)
+            if given.get("local_search") is False:
+                name = "no-local-search"  # the other flags did nothing without it
+        if name is None or rest.get("strategy", name) != name:
+            flags = ", ".join(
+                f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in given.items()
+            )
+            raise ValueError(
+                f"{flags}: the search is named by sampler.strategy now (one of {', '.join(STRATEGIES)})"
+            )
+        return {**rest, "strategy": name}
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, name: str) -> str:
+        if name not in STRATEGIES:
+            raise ValueError(
+                f"unknown strategy {name!r} (known: {', '.join(STRATEGIES)})" + did_you_mean(name, STRATEGIES)
+            )
+        return name
 
 
 FaultKind = Literal["oom", "crash", "segfault", "hang", "actor_kill", "node_restart"]

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.record import Key, Status, TrialRecord, write, write_status
-from explorer.search._neighbours import LocalSearch
+from explorer.search._strategy import Strategy
 from explorer.spec import LoadedStudy
 from explorer.study._known import Known
 from explorer.study._peers import WAITS_FOR, running_elsewhere, settled
-from explorer.study._proposals import propose_neighbour, propose_unanswered
+from explorer.study._proposals import propose
 from explorer.study._record import (
     answered_without_running,
     frozen,
@@ -27,12 +27,9 @@ from explorer.trial_config import TrialConfig
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["EXPLORE_AFTER", "InFlight", "abandon", "ask_trial", "fail_as", "next_to_start", "settle_remote"]
+__all__ = ["InFlight", "abandon", "ask_trial", "fail_as", "next_to_start", "settle_remote"]
 
 Printer = Callable[[str], None]
-EXPLORE_AFTER = 1
-"""With ``when_converged: explore``: after this many proposals in a row answered without running,
-the next is an unanswered configuration drawn at random."""
 
 
 @dataclass
@@ -69,22 +66,17 @@ def ask_trial(
     study: optuna.Study,
     loaded: LoadedStudy,
     known: Known,
-    local: LocalSearch | None,
-    valid_configs: list[TrialConfig],
+    strategy: Strategy,
     in_flight: dict[int, InFlight],
     pending: list[InFlight],
     reuse_streak: int,
     peers: bool,
 ) -> tuple[optuna.Trial, TrialConfig, int, optuna.trial.FrozenTrial | None]:
-    """Propose, ask and tag a trial (in the driver's turn); returns it, its configuration, its
-    attempt, and the trial of another driver measuring that configuration right now, if any (the
-    new trial is then tagged as waiting for it)."""
-    spec = loaded.spec
+    """Enqueue the strategy's proposal, ask and tag a trial (in the driver's turn); returns it, its
+    configuration, its attempt, and the trial of another driver measuring that configuration right
+    now, if any (the new trial is then tagged as waiting for it)."""
     waiting = [*in_flight.values(), *pending]
-    if spec.when_converged == "explore" and reuse_streak >= EXPLORE_AFTER:
-        propose_unanswered(study, loaded, known, (f.config for f in waiting), valid_configs)
-    elif local is not None:
-        propose_neighbour(study, loaded, local, known, (f.config for f in waiting))
+    propose(study, loaded, strategy, known, (f.config for f in waiting), reuse_streak)
     trial = study.ask()
     config = loaded.space.suggest(trial)
     attempt = TrialRecord.of(trial).attempt

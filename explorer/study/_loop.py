@@ -16,7 +16,7 @@ from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 from explorer.record import Key, StudyRecord, write
 from explorer.search._inference import inferred_oom
-from explorer.search._neighbours import LocalSearch
+from explorer.search._strategy import Strategy
 from explorer.spec import LoadedStudy
 from explorer.study._flight import (
     InFlight,
@@ -31,7 +31,6 @@ from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
-from explorer.study._objectives import PER_GPU_RANKED
 from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, occupancy, stale_trials
 from explorer.study._record import (
     frozen,
@@ -91,6 +90,7 @@ class Loop:
         *,
         drivers: Drivers,
         launcher: Launcher,
+        strategy: Strategy,
         owns_launcher: bool,
         printer: Printer,
         progress: ProgressHook | None,
@@ -115,19 +115,7 @@ class Loop:
         self.pending: list[InFlight] = []  # asked, valid, waiting for GPUs to free up; oldest first
         self.best: tuple[float, int] | None = stored_best(study)
         self.known = Known.from_study(study)
-        self.valid_configs: list[TrialConfig] = []  # for when_converged: explore, filled on first use
-        self.local = (
-            LocalSearch(
-                space=loaded.space,
-                resources=spec.resources,
-                workload=spec.workload,
-                memory_prior=spec.sampler.memory_prior,
-                throughput_prior=spec.sampler.throughput_prior and spec.objective in PER_GPU_RANKED,
-                frontier=spec.sampler.frontier_start and spec.objective in PER_GPU_RANKED,
-            )
-            if spec.sampler.local_search and spec.sampler.kind in ("tpe", "gp")
-            else None
-        )
+        self.strategy = strategy  # what to run next (sampler.strategy), asked before the sampler
         self.reuse_streak = 0
         self.launcher_started = False
         self.timed_out = self.exhausted = False
@@ -282,8 +270,7 @@ class Loop:
                 self.study,
                 self.loaded,
                 self.known,
-                self.local,
-                self.valid_configs,
+                self.strategy,
                 self.in_flight,
                 pending,
                 self.reuse_streak,
@@ -396,7 +383,8 @@ class Loop:
 
     def _inferred(self, trial: optuna.Trial, config: TrialConfig) -> bool:
         """A smaller configuration ran out of memory: inferred OOM, without running."""
-        proof = inferred_oom(config, self.known.ooms) if self.spec.infer_oom else None
+        infer = self.spec.infer_oom and self.strategy.infers_oom
+        proof = inferred_oom(config, self.known.ooms) if infer else None
         if proof is None:
             return False
         status = record_inferred_oom(self.study, trial, proof)

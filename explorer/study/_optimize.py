@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from explorer.record import StudyKey, StudyRecord, TrialRecord, write_study
+from explorer.search._strategy import make_strategy
 from explorer.secrets import mask_url
 from explorer.spec import LoadedStudy
 from explorer.study._audit import RUN_N_TRIALS
@@ -17,6 +18,7 @@ from explorer.study._journal import read_ahead
 from explorer.study._lines import describe, short
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
 from explorer.study._notes import describe_study
+from explorer.study._objectives import PER_GPU_RANKED
 from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
@@ -65,7 +67,7 @@ def optimize(
     """Run the study until ``n_trials`` trials count (resuming whatever is already stored).
 
     Args:
-        sampler: instead of the study file's.
+        sampler: instead of the strategy's (``sampler.strategy``; the study file's ``kind`` for most).
         storage: instead of the study's URL.
         progress: told the loop's state each time round (the CLI's live footer on a terminal).
         write_ahead: write each finished trial's measurement under ``output_dir`` before it is
@@ -80,8 +82,9 @@ def optimize(
     spec = loaded.spec
     started = time.monotonic()
     owns_storage = storage is None
+    strategy = make_strategy(loaded.space, spec, per_gpu_ranked=spec.objective in PER_GPU_RANKED)
     loaded, study, storage, drivers = _open_run(
-        loaded, sampler=sampler, storage=storage, write_ahead=write_ahead
+        loaded, sampler=sampler or strategy.sampler(), storage=storage, write_ahead=write_ahead
     )
     try:
         store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
@@ -96,6 +99,7 @@ def optimize(
             study,
             drivers=drivers,
             launcher=launcher,
+            strategy=strategy,
             owns_launcher=owns_launcher,
             printer=printer,
             progress=progress,
