@@ -569,7 +569,6 @@ LauncherSpec = Annotated[
 ]
 """Where trials run: the section of the kind ``launcher.kind`` names."""
 
-
 STRATEGIES = (
     "default",
     "no-inference",
