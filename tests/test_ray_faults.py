@@ -149,3 +149,129 @@ def test_a_dead_local_ray_ends_the_run_and_the_resume_measures_its_trials(
     ok = [t for t in trials if TrialRecord.of(t).status == "ok"]
     assert sorted(TrialRecord.of(t).number_gpus for t in ok) == [1, 2], [t.user_attrs for t in trials]
     assert any(TrialRecord.of(t).requeued_from is not None for t in ok)
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def _listening(procs: list[psutil.Process]) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every socket ``procs`` listen on."""
+    found = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    found.append((proc.name(), conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+@pytest.mark.slow  # one real optimize with a local Ray: about a minute here
+def test_the_local_ray_listens_on_loopback_only(write_study, tmp_path):
+    """While a trial trains, every socket the local Ray's processes listen on (GCS, raylet, its
+    agents with the metrics endpoint, the autoscaler monitor, the workers) is on 127.0.0.1.
+    Before: the GCS, raylet and workers on every interface (``::``), the dashboard agent's HTTP
+    and metrics servers on the machine's address and 0.0.0.0."""
+    path = _study(write_study, tmp_path, n_trials=1, launcher={"warm_start": True})
+    with _driver(path, tmp_path, "run") as (driver, out, err):
+        _until_training(driver, out, err)
+        time.sleep(3)  # every agent is up by now
+        procs = _tree(driver.pid)
+        for raylet in [p for p in procs if p.name() == "raylet"]:
+            procs += _tree(raylet.pid)
+        ranks = {p.pid for p in _named(procs, "explorer.worker")}
+        ray_procs = [p for p in procs if p.pid not in ranks]
+        sockets = _listening(ray_procs)
+        driver.wait(timeout=300)
+    print(sockets)
+    assert driver.returncode == 0, out.read_text() + err.read_text()
+    names = {name for name, _, _ in sockets}
+    assert {"gcs_server", "raylet"} <= names, sockets  # the listing sees Ray's servers
+    assert any(name.startswith("ray::") for name in names), sockets  # and its workers
+    outward = [s for s in sockets if s[1] not in LOOPBACK]
+    assert not outward, outward
+
+
+def _stop_the_first(needle: str, stopped: list[int], until: float) -> None:
+    """SIGSTOP the first process under this one whose name holds ``needle`` (a thread's work)."""
+    while time.monotonic() < until and not stopped:
+        for proc in _named(_tree(os.getpid()), needle):
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped.append(proc.pid)
+            return
+        time.sleep(0.2)
+
+
+@pytest.mark.slow  # a real optimize that waits out a trial's deadline: about a minute here
+def test_a_stopped_trial_actor_is_killed_at_its_deadline_and_the_trial_fails_in_one_line(
+    write_study, tmp_path
+):
+    """The trial's ``ray::TrialActor`` is SIGSTOPped as soon as it starts (trial timeout 20 s). The
+    driver kills it at the trial's timeout plus the launcher's grace (10 s here; 120 s by default)
+    and the trial fails with one plain line. Before: a one-node trial had no deadline in the
+    driver, which waited as long as the actor stayed stopped (6 minutes, observed)."""
+    import threading
+
+    from explorer.launch import RayLauncher
+    from explorer.study import optimize
+    from explorer.study_file import load_study
+
+    measurement = {"stop": "seconds", "stop_after_seconds": 5, "trial_timeout_s": 20}
+    path = _study(
+        write_study,
+        tmp_path,
+        n_trials=1,
+        measurement=measurement,
+        launcher={"warm_start": False, "max_retries": 0},
+    )
+    loaded = load_study(path)
+    launcher = RayLauncher.for_study(loaded.spec, output_dir=loaded.output_dir)
+    launcher.grace_s = 10.0
+    stopped: list[int] = []
+    watcher = threading.Thread(target=_stop_the_first, args=("TrialActor", stopped, time.monotonic() + 120))
+    watcher.start()
+    started = time.monotonic()
+    try:
+        optimize(loaded, launcher=launcher, printer=print)
+        took = time.monotonic() - started
+        watcher.join()
+        assert stopped, "no trial actor was seen"
+        deadline = time.monotonic() + 15
+        while psutil.pid_exists(stopped[0]) and _alive([psutil.Process(stopped[0])]):
+            assert time.monotonic() < deadline, "the stopped actor was not killed"
+            time.sleep(0.5)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        launcher.shutdown()
+    (record,) = [r for r in map(TrialRecord.of, _trials(tmp_path)) if r.status is not None]
+    assert record.status == "failed", record.error
+    assert record.error == "no answer within 20 s (the trial's timeout) + 10 s: its Ray actor was killed"
+    assert took < 20 + 10 + 90, f"{took:.0f} s"  # the deadline, plus Ray's start and the trial's
+
+
+def test_a_ray_error_is_stored_as_one_plain_line(ray_local):
+    """Ray's errors from a real actor: a task that raised is its exception's line (not Ray's
+    coloured ``ray::A.f() (pid=...)`` header); an actor that died says how, without colour codes."""
+    from explorer.launch._ray_messages import error_line
+
+    ray = ray_local
+
+    @ray.remote(num_cpus=0)
+    class A:
+        def boom(self) -> None:
+            raise ValueError("the cause\nand more")
+
+        def pid(self) -> int:
+            return os.getpid()
+
+    actor = A.remote()
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        ray.get(actor.boom.remote())
+    assert "\x1b[" in str(raised.value)  # Ray colours its header: the test sees what was stored
+    assert error_line(raised.value) == "ValueError: the cause"
+    ray.kill(actor, no_restart=True)
+    with pytest.raises(ray.exceptions.RayActorError) as died:
+        ray.get(actor.pid.remote())
+    line = error_line(died.value)
+    assert "\x1b" not in line and "\n" not in line and "actor" in line.lower(), line
