@@ -46,8 +46,6 @@ def read_only(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[byt
 def _view_class() -> type:
     """:class:`optuna.storages.BaseStorage` subclass ``DashboardView`` (built on first use, so that
     importing this module does not import Optuna)."""
-    import abc
-
     from optuna.distributions import CategoricalDistribution, IntDistribution
     from optuna.storages import BaseStorage
     from optuna.trial import FrozenTrial, TrialState
@@ -114,18 +112,28 @@ def _view_class() -> type:
                 raise RuntimeError("explorer dashboard does not copy trials; rename the study with Optuna")
             return self._storage.create_new_trial(study_id)
 
-    def _delegate(name: str) -> Any:
-        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return getattr(self._storage, name)(*args, **kwargs)
+    return _pass_through(DashboardView, BaseStorage.__abstractmethods__)
 
-        call.__name__ = name
-        return call
 
-    for name in BaseStorage.__abstractmethods__:
-        if name not in DashboardView.__dict__:
-            setattr(DashboardView, name, _delegate(name))
-    abc.update_abstractmethods(DashboardView)  # type: ignore[type-abstract]  # made concrete above
-    return DashboardView
+def _delegate(name: str) -> Any:
+    """A method that calls the wrapped storage's ``name``."""
+
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._storage, name)(*args, **kwargs)
+
+    call.__name__ = name
+    return call
+
+
+def _pass_through(cls: Any, names: Iterable[str]) -> type:
+    """``cls`` with every method of ``names`` it does not define itself calling its storage's."""
+    import abc
+
+    for name in names:
+        if name not in cls.__dict__:
+            setattr(cls, name, _delegate(name))
+    abc.update_abstractmethods(cls)
+    return cls
 
 
 def dashboard_view(storage: Any, loaded: LoadedStudy) -> Any:
