@@ -25,7 +25,7 @@ from explorer.launch._command import (
     zygote_environment,
 )
 from explorer.measurement import Measurement, Outcome
-from explorer.oom import last_error_line, mentions_oom
+from explorer.oom import HOST_OOM, host_oom_kills, last_error_line, mentions_oom
 
 __all__ = ["RANK_RECORD_GLOB", "collect", "rank_records", "run_trial"]
 
@@ -85,12 +85,14 @@ def run_trial(
     n = job.config.number_gpus
     single_node = job.config.number_nodes == 1 and rendezvous is None
     warm = warm_start and single_node and (n == 1 or runner == "torchrun")
+    oom_kills = host_oom_kills()  # the kernel's, for the cgroup the trial's processes start in
     started = time.perf_counter()
     if warm:
         returncode, timed_out = _run_warm(job, work_dir, log_path, env, timeout_s, zygote)
     else:
         returncode, timed_out = _run_cold(job, work_dir, log_path, env, runner, timeout_s, rendezvous)
     wall = time.perf_counter() - started
+    after = host_oom_kills()
     measurement = collect(
         work_dir,
         returncode=returncode,
@@ -98,6 +100,7 @@ def run_trial(
         wall_seconds=wall,
         log_tail=_tail(log_path),
         expects_result=rendezvous is None or rendezvous.node_rank == 0,
+        host_oom_killed=oom_kills is not None and after is not None and after > oom_kills,
     )
     measurement.extra["start"] = "warm" if warm else "cold"
     measurement.extra["log_file"] = str(log_path.resolve())  # every rank's full output
@@ -216,10 +219,14 @@ def collect(
     wall_seconds: float,
     log_tail: str,
     expects_result: bool = True,
+    host_oom_killed: bool = False,
 ) -> Measurement:
     """Classify a finished trial from the files its ranks wrote and its exit status.
 
-    An OOM in any rank makes the trial OOM (the other ranks then fail only as a consequence).
+    An OOM in any rank makes the trial OOM (the other ranks then fail only as a consequence), and
+    so does ``host_oom_killed``: the kernel killed a process of the trial's cgroup for its memory
+    limit while the trial ran (the killed rank wrote nothing; its peers fail only as a consequence),
+    unless the trial finished with its result all the same.
     ``expects_result=False`` (a node of a multi-node trial other than node 0): a clean exit with
     no ``result.json`` is ``ok`` without properties (global rank 0 measured on node 0).
     """
@@ -243,6 +250,8 @@ def collect(
 
     if oom:
         return done(Outcome.OOM, f"rank {oom[0]['rank']}: {oom[0]['error']}")
+    if host_oom_killed and not (returncode == 0 and result.is_file()):
+        return done(Outcome.OOM, HOST_OOM)
     if timed_out is not None:
         return done(Outcome.FAILED, f"timed out after {timed_out:.0f} s; the process group was killed")
     if errors:
