@@ -632,8 +632,8 @@ class RayLauncher:
         self._running.clear()
         self._multi.clear()
         self._zygote_hosts.clear()
+        self._started_ray = False  # the processes this shutdown ends are no loss of the Ray (_dead)
         ray.shutdown()
-        self._started_ray = False
         self.start()
         failed = Measurement(outcome=Outcome.FAILED, error=error)
         return [(number, self._with_slot(failed, gpus, started)) for number, gpus, started in lost]
