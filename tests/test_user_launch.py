@@ -364,20 +364,22 @@ def test_ddp_winner_with_half_the_layers_checkpointed(write_study, tmp_path, whi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("which", LAUNCHES)
-def test_packed_liger_winner_packs_and_fails_honestly_without_liger(write_study, tmp_path, which):
-    """Liger Kernel needs triton and CUDA: liger_kernel is not installed here, and each launch stops
-    with the Trainer's own error naming it (never a silent run without it). The batch its
-    dataloader makes is packed: one row of entries with position ids."""
+def test_packed_liger_winner_packs_and_fails_honestly_on_the_cpu(write_study, tmp_path, which):
+    """Liger Kernel's kernels are Triton's, for GPUs: each CPU launch stops with the error that says
+    why (never a silent run without Liger): the Trainer's own where liger_kernel is not installed
+    (here), triton's "0 active drivers" at the first forward where it is (liger-kernel 0.8.5 and
+    triton 3.9.0 install on this machine; their kernels cannot run). The batch the Trainer's
+    dataloader makes is packed: one row of the rank's 2 entries, with position ids."""
     best = _write(write_study, tmp_path, "packed_liger")
     done = _launch(best, which, tmp_path / "run")
     try:
         import liger_kernel  # noqa: F401
+
+        reason = "active drivers"
     except ImportError:
-        assert done.returncode != 0 and "liger-kernel" in done.stderr
-        for facts in _facts(tmp_path / "run"):
-            assert "liger" in facts["error"].lower() and facts["use_liger_kernel"] is True
-            assert facts["packed"] is True and "position_ids" in facts["batch"]["keys"]
-            assert facts["batch"]["shape"][0] == 1 and facts["batch"]["entries"] == 2
-    else:  # a machine with Liger (and CUDA) trains it
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert all(f["packed"] and f["use_liger_kernel"] for f in _facts(tmp_path / "run"))
+        reason = "liger-kernel"
+    assert done.returncode != 0 and reason in done.stderr
+    for facts in _facts(tmp_path / "run"):
+        assert reason in facts["error"] and facts["use_liger_kernel"] is True
+        assert facts["packed"] is True and "position_ids" in facts["batch"]["keys"]
+        assert facts["batch"]["shape"][0] == 1 and facts["batch"]["entries"] == 2
