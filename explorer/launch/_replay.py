@@ -15,6 +15,10 @@ sequence length among them, are matched against each trial's configuration.
   copy another row (``reused_from``) are skipped. Parameters the table has no column for must be fixed by the study (checked when
   the study is loaded), and are then taken as what the table was measured with.
 
+With ``launcher.noise`` each measured throughput is multiplied by a log-normal factor drawn for
+that measurement (seeded by ``noise_seed``, the job's number and the configuration), as a loaded
+machine measures; its step-time CI is widened to the noise's 95% interval.
+
 Time runs on a virtual clock: a submitted trial holds its GPUs from the clock's current time for
 its duration (recorded in the table's ``wall_seconds`` or ``train_runtime`` column, or simulated
 from the study's ``launcher.durations``, see :class:`~explorer.spec.DurationSpec`), and ``wait``
@@ -331,6 +335,28 @@ def simulated_fault(fault: InjectedFault, measurement: Measurement, *, timeout_s
     return Measurement(outcome=Outcome.FAILED, error=prefix + text, extra=dict(measurement.extra))
 
 
+def noisy(measurement: Measurement, *, sigma: float, seed: str) -> Measurement:
+    """``measurement`` with its throughput (and step time, MFU) scaled by ``exp(sigma * z)``, ``z``
+    a standard normal drawn from ``seed``, and its step-time 95% CI at least ``1.96 * sigma``;
+    unchanged where ``sigma`` is 0 or nothing was measured."""
+    p = measurement.properties
+    if not sigma or p is None:
+        return measurement
+    factor = math.exp(sigma * random.Random(seed).gauss(0.0, 1.0))
+    ci = max(p.step_time_rel_ci or 0.0, 1.96 * sigma)
+    scaled = dataclasses.replace(
+        p,
+        dataset_tokens_per_second=p.dataset_tokens_per_second * factor,
+        dataset_tokens_per_second_per_gpu=p.dataset_tokens_per_second_per_gpu * factor,
+        train_tokens_per_second=p.train_tokens_per_second * factor,
+        step_time_mean=p.step_time_mean / factor,
+        step_time_rel_ci=ci,
+        mfu=p.mfu * factor,
+        hfu=p.hfu * factor,
+    )
+    return dataclasses.replace(measurement, properties=scaled)
+
+
 class ReplayLauncher:
     """Same interface as :class:`~explorer.launch.RayLauncher`, on a virtual clock.
 
@@ -347,8 +373,11 @@ class ReplayLauncher:
         total_gpus: int,
         durations: DurationSpec | None = None,
         gpu_models: dict[str, int] | None = None,
+        noise: float = 0.0,
+        noise_seed: int = 0,
     ) -> None:
         self.table = table
+        self.noise, self.noise_seed = noise, noise_seed
         self.total_gpus = total_gpus
         self.gpu_models = dict(gpu_models or {})
         """The GPUs of each model (empty: one model, :attr:`total_gpus`): a replayed pool per model."""
@@ -417,6 +446,8 @@ class ReplayLauncher:
                 f"trial {job.trial_number} needs {gpus} GPUs; {self.gpus_in_use} of {self.total_gpus} are held"
             )
         measurement = self.table.measurement(job.config)
+        seed = f"{self.noise_seed}:{job.trial_number}:{job.config.key()}"
+        measurement = noisy(measurement, sigma=self.noise, seed=seed)
         self.clock = self._now()
         fault = job.fault
         if fault is not None:

@@ -79,18 +79,23 @@ class ReplayKind(LauncherKind):
         resources = loaded.spec.resources
         models = {"gpu_models": dict(sorted(resources.gpu_models.items()))} if resources.gpu_models else {}
         digest = hashlib.sha256(_table(loaded).path.read_bytes()).hexdigest()
-        return {"table_sha256": digest, "gpu_model": resources.gpu_model, **models}
+        section = launcher_section(loaded.spec, ReplayLauncherSpec)
+        noise = {"noise": section.noise, "noise_seed": section.noise_seed} if section.noise else {}
+        return {"table_sha256": digest, "gpu_model": resources.gpu_model, **models, **noise}
 
     def workload_identity(self, spec: StudySpec) -> dict[str, Any]:
         return {"runner": "torchrun"}  # what the key held when every study had a runner
 
     def build(self, loaded: LoadedStudy, *, output_dir: Path, resources: ResourcesSpec | None) -> Launcher:
         resources = resources or loaded.spec.resources
+        section = launcher_section(loaded.spec, ReplayLauncherSpec)
         return ReplayLauncher(
             table=_table(loaded),
             total_gpus=resources.total_gpus,
-            durations=launcher_section(loaded.spec, ReplayLauncherSpec).durations,
+            durations=section.durations,
             gpu_models=resources.gpu_models,
+            noise=section.noise,
+            noise_seed=section.noise_seed,
         )
 
 

@@ -96,6 +96,13 @@ class StudyKey:
     """The prices, token budget and GPU model the objectives are computed with."""
     DOCTOR: Final = "doctor"
     """``explorer doctor``'s findings: invalid values by node type."""
+    CONFIRMATION: Final = "confirmation"
+    """The last confirmation of the best (:mod:`explorer.study._confirm`): ``{"verdict"``
+    (``confirmed`` or ``tied``), ``"best"``, ``"tied"``, ``"within"``, ``"recommended"``, ``"why"``,
+    ``"counted"`` (the counted trials it judged), ``"candidates"``, ``"measurements"`` (each
+    ``{"trial", "job", "status", "value", "gpu_seconds"}``: a re-measurement of that trial's
+    configuration, run as launcher job ``job``; never a trial of the study), ``"gpu_seconds"``,
+    ``"budget_gpu_s"``, ``"rounds"}``."""
 
 
 CONSTRAINTS_KEY: Final = "constraints"

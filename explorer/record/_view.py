@@ -258,6 +258,12 @@ class StudyRecord:
         doctor = self.attrs.get(StudyKey.DOCTOR)
         return doctor if isinstance(doctor, dict) else None
 
+    @property
+    def confirmation(self) -> dict[str, Any] | None:
+        """The last confirmation of the best (``None``: never confirmed)."""
+        confirmation = self.attrs.get(StudyKey.CONFIRMATION)
+        return confirmation if isinstance(confirmation, dict) else None
+
 
 def status_of(trial: _Recorded) -> str | None:
     return TrialRecord.of(trial).status

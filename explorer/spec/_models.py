@@ -549,6 +549,12 @@ class ReplayLauncherSpec(_LauncherSpec):
     durations: DurationSpec | None = None
     """How long each trial holds its GPUs on the launcher's virtual clock. ``None``: the row's
     recorded ``wall_seconds`` or ``train_runtime``, else no time at all."""
+    noise: float = Field(default=0.0, ge=0, lt=1)
+    """Log-normal noise on each measured throughput (its sigma: ``0.1`` is about 10%), drawn anew
+    for every measurement of a configuration (seeded by ``noise_seed``), as a loaded machine
+    measures; the trial's step-time 95% CI is widened to match. ``0``: the table's values."""
+    noise_seed: int = 0
+    """Seeds the noise: the same seed gives the same measurements in the same order."""
 
 
 LAUNCHER_CONFIGS: dict[str, type[_LauncherSpec]] = {"ray": RayLauncherSpec, "replay": ReplayLauncherSpec}
@@ -821,6 +827,12 @@ class StudySpec(_Spec):
     """The headroom a winner should leave below its memory limit (``device_memory_gib``, else the
     device's memory), as a fraction of it: ``explorer best``, ``report`` and ``plan`` flag a best
     configuration whose peak comes closer, and name the best one that leaves this much."""
+    confirm_budget_gpu_s: float | None = Field(default=None, ge=0)
+    """GPU-seconds ``optimize`` may spend, after ``n_trials``, re-measuring the configurations
+    within noise of the best (interleaved, A B C A B C ...) until the best separates or this is
+    spent; the verdict (``confirmed``, or ``tied`` with the most robust one recommended) is what
+    ``best``, ``report`` and ``plan`` say. ``null``: a quarter of the GPU-seconds the study's
+    trials took; ``0``: never re-measure. Confirmations never count towards ``n_trials``."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

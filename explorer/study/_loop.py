@@ -18,6 +18,7 @@ from explorer.record import Key, StudyRecord, write
 from explorer.search._inference import inferred_oom
 from explorer.search._strategy import Strategy
 from explorer.spec import LoadedStudy
+from explorer.study._confirm import confirm, imprecise_line
 from explorer.study._flight import (
     InFlight,
     abandon,
@@ -123,6 +124,8 @@ class Loop:
         self.was_shared = False  # other drivers at work at the last ask
         # first attempts launched so far
         self.launches = first_launches(study) if spec.faults is not None else 0
+        self.measured = 0  # trials this run measured
+        self.imprecise: list[float] = []  # their step-time CIs that missed measurement.target_rel_ci
 
     def run(self) -> None:
         """Go round until nothing is left to do; on a stop signal mark every open trial interrupted
@@ -135,6 +138,15 @@ class Loop:
             with self.drivers.turn():
                 if surplus := close_surplus(self.study, self.spec.n_trials):
                     self.printer(f"        re-run(s) {surplus} not needed: {self.spec.n_trials} trials count")
+            if line := imprecise_line(self.loaded, self.imprecise, self.measured):
+                self.printer(line)
+            if not self.timed_out and not self.drivers.others():  # the last driver confirms
+                confirm(
+                    self.study,
+                    self.spec,
+                    lambda config, job: self._measure_again(stop, config, job),
+                    self.printer,
+                )
         except KeyboardInterrupt as exc:  # the first signal's flag, a second signal, or a bare Ctrl-C
             self._interrupted(stop, exc)
         except Exception as exc:  # anything else (a full disk, Ray gone, the storage): the same marks
@@ -418,18 +430,28 @@ class Loop:
             else short(measurement.error or "")
         )
         detail += f" ({measurement.wall_seconds:.1f} s)"
-        imprecise = (
-            measurement.properties.imprecise(spec.measurement.target_rel_ci)
-            if measurement.properties
-            else None
-        )
-        if imprecise:
-            detail += f"; {imprecise}"
+        ci = measurement.properties.step_time_rel_ci if measurement.properties else None
+        self.measured += measurement.properties is not None
+        if ci is not None and ci > spec.measurement.target_rel_ci:  # one line at the end says what to do
+            self.imprecise.append(ci)
+            detail += f"; CI +-{100 * ci:.1f}%"
         self.printer(
             progress_line(
                 self.done, spec.n_trials, number, status, describe(flight.config), detail, self.best
             )
         )
+
+    def _measure_again(self, stop: StopRequest, config: TrialConfig, job: int) -> Measurement:
+        """Measure ``config`` once more as launcher job ``job`` (a confirmation, not a trial)."""
+        if not self.launcher_started:
+            self.launcher.start()
+            self.launcher_started = True
+        self.launcher.submit(TrialJob.for_study(self.loaded, config, trial_number=job))
+        while True:
+            stop.check()
+            for number, measurement in self.launcher.wait(timeout_s=1.0):
+                if number == job:
+                    return measurement
 
     def _learn(self, flight: InFlight, number: int, measurement: Measurement) -> None:
         """A measured answer (ok, oom): known from now on, and put in the measurement store."""

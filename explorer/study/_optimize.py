@@ -178,8 +178,10 @@ def _open_run(
         if owned:  # a throw-away study in memory claims no folder
             loaded = claim_run_folder(study, loaded)
         describe_study(study, loaded)  # what the dashboard shows of the workload and hardware
-        if StudyRecord.of(study).n_trials != loaded.spec.n_trials:  # what audit holds it to
-            write_study(study, RUN_N_TRIALS, loaded.spec.n_trials)
+        # what audit holds it to: never fewer than already count (a plain run after --n-trials 5)
+        n_trials = max(loaded.spec.n_trials, len(counted_trials(study)))
+        if StudyRecord.of(study).n_trials != n_trials:
+            write_study(study, RUN_N_TRIALS, n_trials)
     return loaded, study, storage, drivers
 
 
