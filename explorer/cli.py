@@ -567,6 +567,8 @@ def _report(args: argparse.Namespace) -> int:
     print(f"html: {report.html}")
     for line in report.memory_flag:
         print(line)
+    for line in report.verdict:  # confirmed, tied (and the one recommended), or how to confirm
+        print(line)
     print(f"artifacts: {report.artifact_dir}")
     for name, artifact_id in report.artifact_ids.items():
         print(f"  {name:18} {artifact_id}")
@@ -680,7 +682,11 @@ def _best(args: argparse.Namespace) -> int:
     loaded, study = _open_existing(args)
     spec = loaded.spec
     selection = select_best(
-        study, margin=spec.memory_margin, cap_gib=spec.resources.device_memory_gib, space=loaded.space
+        study,
+        margin=spec.memory_margin,
+        cap_gib=spec.resources.device_memory_gib,
+        space=loaded.space,
+        file=args.study,
     )
     if selection is None:
         raise SpecError(
@@ -704,7 +710,7 @@ def _plan(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from explorer.plan import make_plan, plan_job, plan_lines, same_workload, sbatch_lines, write_chosen
-    from explorer.study import open_existing_study, recorded_run_folder
+    from explorer.study import open_existing_study, recorded_run_folder, verdict_lines
     from explorer.study_file import load_study
 
     loaded = [load_study(f, storage=args.storage, check_model=False) for f in args.study]
@@ -726,6 +732,9 @@ def _plan(args: argparse.Namespace) -> int:
     plan = make_plan(studies, job)
     for line in plan_lines(plan):
         print(line)
+    for lo, study in studies:  # each study's best: confirmed, tied, or how to confirm it
+        for line in verdict_lines(study, str(lo.file)):
+            print(f"{lo.spec.name}: {line}")
     written = write_chosen(plan, studies, Path(args.out) if args.out else None, steps=args.steps)
     if written is not None:
         row, files = written

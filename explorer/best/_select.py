@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from explorer.report import MIN_TOLERANCE, MemoryFlag, feasible_ranking, memory_flag, noise_tolerance
+from explorer.study._confirm import named_best, verdict_lines
 from explorer.study._objectives import objective_value
 
 if TYPE_CHECKING:
@@ -27,6 +28,12 @@ class Selection:
     """The relative tolerance used: the larger of 2% and the best's ``step_time_rel_ci``."""
     memory: MemoryFlag | None = None
     """Set when the best came within the study's ``memory_margin`` of its memory limit."""
+    verdict: list[str] = field(default_factory=list)
+    """What the confirmation says: confirmed, tied (and the one recommended), a clear lead, or
+    not confirmed (and the command that confirms)."""
+    unconfirmed: bool = False
+    """The best's interval is wider than its lead over a rival and no confirmation judged it: it
+    leads, and is not named the best."""
 
 
 def select_best(
@@ -35,6 +42,7 @@ def select_best(
     margin: float | None = None,
     cap_gib: float | None = None,
     space: SearchSpace | None = None,
+    file: str = "STUDY.yaml",
 ) -> Selection | None:
     """The best measured feasible trial of ``study`` and its runners-up within noise.
 
@@ -44,6 +52,7 @@ def select_best(
         cap_gib: The study's ``device_memory_gib``, for trials stored without their limit.
         space: The study file's search space: only its configurations are chosen from (a space
             narrowed since the trials ran leaves the others out).
+        file: The study file, as the command that confirms names it.
 
     Returns:
         ``None`` when the study has no feasible (status ``ok``) measured trial.
@@ -55,9 +64,18 @@ def select_best(
         ranking = [t for t in ranking if space.contains(config_of(t))]
     if not ranking:
         return None
-    best = ranking[0]
+    chosen, unconfirmed = named_best(study)  # confirmed, or the most robust of a tie
+    best = next((t for t in ranking if t.number == chosen), ranking[0])
+    ranking = [best, *(t for t in ranking if t is not best)]
     tolerance = noise_tolerance(best)
     top = objective_value(best) or 0.0
     runners_up = [t for t in ranking[1:] if abs((objective_value(t) or 0.0) - top) <= tolerance * abs(top)]
     flag = memory_flag(ranking, margin=margin, cap_gib=cap_gib) if margin is not None else None
-    return Selection(best=best, runners_up=runners_up, tolerance=tolerance, memory=flag)
+    return Selection(
+        best=best,
+        runners_up=runners_up,
+        tolerance=tolerance,
+        memory=flag,
+        verdict=verdict_lines(study, file),
+        unconfirmed=unconfirmed,
+    )

@@ -245,8 +245,10 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
     best = selection.best
     config = config_of(best)
     value = objective_value(best) or 0.0
+    named = "leading (not confirmed)" if selection.unconfirmed else "best"
     lines = [
-        f"best: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
+        f"{named}: trial {best.number} of study {loaded.spec.name!r}: {describe(config)}",
+        *(f"  {line}" for line in selection.verdict),
         f"  {value:.1f} dataset tok/s/gpu, {_attr(best, 'dataset_tokens_per_second'):.1f} total "
         f"on {config.number_gpus} GPU(s); MFU {100 * _attr(best, 'mfu'):.2f}%; "
         f"peak memory {_memory_text(best, loaded.spec.resources.device_memory_gib)}",

@@ -62,8 +62,10 @@ def top_rows(ranked: Sequence[RankedTrial], tolerance: float, limit: int = TOP) 
 def _best_part(loaded: LoadedStudy, study: optuna.Study) -> dict[str, Any]:
     """The template's variables about the best configuration (``best`` None without one)."""
     from explorer.commands import MASKED_NOTE, command
+    from explorer.study import named_best
 
-    ranking = feasible_ranking(study)
+    chosen, _ = named_best(study)  # confirmed, or the most robust of a tie
+    ranking = sorted(feasible_ranking(study), key=lambda t: t.number != chosen)  # stable
     if not ranking:
         return {"best": None}
     ranked = [RankedTrial.of(t) for t in ranking]

@@ -10,7 +10,7 @@ from explorer.record import TrialRecord
 from explorer.report._headroom import memory_flag
 from explorer.report._ranking import feasible_ranking
 from explorer.secrets import mask_url
-from explorer.study import OBJECTIVE, config_of, describe, open_study
+from explorer.study import OBJECTIVE, config_of, describe, named_best, open_study, verdict_lines
 from explorer.study._objectives import objective_value, pareto_front
 
 if TYPE_CHECKING:
@@ -38,10 +38,14 @@ def print_summary(
     printer(
         f"{result.counted}/{result.n_trials} trials done in {result.wall_seconds:.0f} s this run ({counts})"
     )
-    ranking = feasible_ranking(study)
+    chosen, unconfirmed = named_best(study)  # confirmed, or the most robust of a tie
+    ranking = sorted(feasible_ranking(study), key=lambda t: t.number != chosen)  # stable
     if ranking:
         best = ranking[0]
-        printer(f"best: trial {best.number}: {objective_value(best):.1f} {OBJECTIVE}")
+        named = "leading (not confirmed)" if unconfirmed else "best"
+        printer(f"{named}: trial {best.number}: {objective_value(best):.1f} {OBJECTIVE}")
+        for line in verdict_lines(study, str(loaded.file)):
+            printer(f"      {line}")
         config = config_of(best)
         printer("      " + " ".join(f"{k}={v}" for k, v in config.to_dict().items() if v is not None))
         peak = TrialRecord.of(best).peak_memory_gib

@@ -54,6 +54,7 @@ class Report:
         artifact_ids: The Optuna artifact id of each figure, by file name.
         artifact_dir: The :class:`optuna.artifacts.FileSystemArtifactStore` folder.
         memory_flag: The page's flag on a best configuration near its memory limit (lines).
+        verdict: What the confirmation says of the best (lines; also among the page's notes).
     """
 
     folder: Path
@@ -62,6 +63,7 @@ class Report:
     artifact_ids: dict[str, str]
     artifact_dir: Path
     memory_flag: tuple[str, ...] = ()
+    verdict: tuple[str, ...] = ()
 
 
 def _domain_values(loaded: LoadedStudy, name: str) -> list[int]:
@@ -85,7 +87,7 @@ def write_report(
     import optuna
 
     from explorer.paths import claim_out, inside
-    from explorer.study import is_read_only, open_existing_study, recorded_run_folder
+    from explorer.study import is_read_only, open_existing_study, recorded_run_folder, verdict_lines
 
     study = open_existing_study(loaded)
     loaded = recorded_run_folder(study, loaded)  # where the study's files live, as every verb has it
@@ -106,7 +108,8 @@ def write_report(
         if TrialRecord.of(t).status == Status.OK and t.number not in repeats
     ]
     figures = _throughput_figures(loaded, points, folder)
-    notes = []
+    verdict = verdict_lines(study, where)
+    notes = list(verdict)
     extra = time_and_cost(loaded, study, folder) if time_and_cost is not None else None
     if isinstance(extra, str):
         notes.append(extra)
@@ -127,6 +130,7 @@ def write_report(
         artifact_ids=ids,
         artifact_dir=artifact_dir,
         memory_flag=tuple(context.get("memory_flag") or ()),
+        verdict=tuple(verdict),
     )
 
 

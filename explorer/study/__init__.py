@@ -2,6 +2,7 @@
 optimize loop (which asks :mod:`explorer.search` what to try)."""
 
 from explorer.study._audit import Audit, audit
+from explorer.study._confirm import named_best, verdict_lines
 from explorer.study._identity import check_same_job
 from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
@@ -32,6 +33,7 @@ __all__ = [
     "describe",
     "is_read_only",
     "load_readonly",
+    "named_best",
     "open_storage",
     "readonly_url",
     "open_existing_study",
@@ -46,4 +48,5 @@ __all__ = [
     "status_of",
     "study_utilization",
     "utilization",
+    "verdict_lines",
 ]

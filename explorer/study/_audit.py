@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from explorer.fault import expected_status
 from explorer.record import Status, StudyKey, StudyRecord, TrialRecord, infeasibility, status_of
+from explorer.study._confirm import CONFIRM_JOB_BASE
 from explorer.study._journal import JOURNAL_FILE, load_journal
 from explorer.study._objectives import objective_value
 
@@ -60,6 +61,10 @@ class Audit:
     stopped_early: str | None = None
     """Why the study ended short of ``n_trials``, as its last run recorded it (then fewer counted
     trials are no problem; more never are)."""
+    confirmations: int = 0
+    """Re-measurements that confirmed the best (launcher jobs, never trials: not counted)."""
+    confirmation: str | None = None
+    """The confirmation's account: which trials it re-measured, its GPU-seconds, its verdict."""
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -77,6 +82,8 @@ class Audit:
         ]
         if self.stopped_early:
             lines.append(f"stopped early: {self.stopped_early}")
+        if self.confirmation:
+            lines.append(f"confirmation: {self.confirmation}")
         for kind, statuses in sorted(self.faults.items()):
             lines.append(f"injected {kind}: " + ", ".join(f"{n} {s}" for s, n in sorted(statuses.items())))
         lines.append("accounting: ok" if self.ok else f"accounting: {len(self.problems)} problem(s)")
@@ -93,6 +100,7 @@ class Audit:
             "faults": {k: dict(v) for k, v in sorted(self.faults.items())},
             "measurements_on_disk": self.measurements_on_disk,
             "stopped_early": self.stopped_early,
+            "confirmations": self.confirmations,
             "problems": list(self.problems),
         }
 
@@ -171,6 +179,7 @@ def audit(study: optuna.Study, *, n_trials: int, max_retries: int, output_dir: P
         problem(f"trial {t.number}: state {t.state.name}, status {status!r}: not accounted for")
 
     _check_totals(study, out, measured)
+    _check_confirmation(study, by_number, out)
     if output_dir is not None:
         _check_journal(output_dir, study.study_name, by_number, out)
     return out
@@ -187,6 +196,44 @@ def _check_totals(study: optuna.Study, out: Audit, measured: dict[str, list[int]
     n_trials = out.n_trials
     if out.counted > n_trials or (out.counted < n_trials and out.stopped_early is None):
         out.problems.append(f"{out.counted} trials counted, n_trials is {n_trials}")
+
+
+def _check_confirmation(
+    study: optuna.Study, by_number: dict[int, optuna.trial.FrozenTrial], out: Audit
+) -> None:
+    """Each re-measurement of the confirmation ties to a feasible trial it confirms, among its
+    candidates; their GPU-seconds add up to its total; its verdict names its candidates."""
+    record = StudyRecord.of(study).confirmation
+    if record is None:
+        return
+    candidates = set(record.get("candidates") or [])
+    measurements = record.get("measurements") or []
+    problem = out.problems.append
+    for n in sorted(candidates):
+        if n not in by_number or status_of(by_number[n]) != Status.OK:
+            problem(f"confirmation: candidate trial {n} is not a feasible trial of the study")
+    jobs = [m.get("job") for m in measurements]
+    if len(set(jobs)) != len(jobs) or any(not isinstance(j, int) or j <= CONFIRM_JOB_BASE for j in jobs):
+        problem(f"confirmation: its jobs {jobs} are not distinct numbers above {CONFIRM_JOB_BASE}")
+    for m in measurements:
+        if m.get("trial") not in candidates:
+            problem(f"confirmation: job {m.get('job')} re-measured trial {m.get('trial')}, not a candidate")
+    spent = sum(float(m.get("gpu_seconds") or 0.0) for m in measurements)
+    if abs(spent - float(record.get("gpu_seconds") or 0.0)) > 1e-6 * max(1.0, spent):
+        problem(
+            f"confirmation: its re-measurements took {spent:.1f} GPU-s, it records {record.get('gpu_seconds')}"
+        )
+    named = {record.get("best"), record.get("recommended", record.get("best")), *(record.get("tied") or [])}
+    if not named <= candidates:
+        problem(
+            f"confirmation: its verdict names trial(s) {sorted(named - candidates, key=str)}, not candidates"
+        )
+    out.confirmations = len(measurements)
+    trials = sorted({m.get("trial") for m in measurements}, key=str)
+    out.confirmation = (
+        f"{len(measurements)} re-measurement(s) of trial(s) {trials} ({spent:.0f} GPU-s, not counted); "
+        f"{record.get('verdict')}: trial {record.get('recommended', record.get('best'))}"
+    )
 
 
 def _fault_ended_as_expected(kind: str, record: TrialRecord, max_retries: int) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "confirm",
     "current_verdict",
     "imprecise_line",
+    "named_best",
     "rel_ci",
     "verdict_lines",
 ]
@@ -331,29 +332,51 @@ def current_verdict(study: optuna.Study) -> dict[str, Any] | None:
 
 def verdict_lines(study: optuna.Study, file: str) -> list[str]:
     """What ``optimize``, ``best``, ``report`` and ``plan`` say of the best: confirmed, tied (and
-    which one is recommended, why), or not confirmed (and the command that confirms)."""
+    which one is recommended, why), a lead clear of the intervals, or not confirmed (and the
+    command that confirms)."""
     verdict = current_verdict(study)
     if verdict is None:
-        why = "never confirmed" if StudyRecord.of(study).confirmation is None else "trials were added since"
+        ranked = ranking(study)
+        if not ranked:
+            return []
+        rivals = candidates(ranked)[1:]
+        if not rivals:
+            return [
+                f"clear: trial {ranked[0].number}'s lead exceeds every rival's 95% interval (nothing to confirm)"
+            ]
+        ci = 100 * rel_ci(ranked[0])
+        why = (
+            "trials were added since it was confirmed"
+            if StudyRecord.of(study).confirmation
+            else "never confirmed"
+        )
         return [
-            f"not confirmed ({why}): `explorer optimize {file}` re-measures the best's rivals and confirms"
+            f"not confirmed ({why}): trial {ranked[0].number}'s +-{ci:.1f}% interval is wider than its lead "
+            f"over trial(s) {[t.number for t in rivals]}; `explorer optimize {file}` re-measures them and confirms"
         ]
     cost = (
         f"{verdict['rounds']} round(s), {verdict['gpu_seconds']:.0f} of {verdict['budget_gpu_s']:.0f} GPU-s"
     )
     if verdict["verdict"] == "confirmed":
         rivals = [n for n in verdict["candidates"] if n != verdict["best"]]
-        how = (
-            f"ahead of trial(s) {rivals} ({cost})"
-            if rivals
-            else "its lead exceeds every rival's interval (nothing re-measured)"
-        )
+        how = f"ahead of trial(s) {rivals} ({cost})" if rivals else "its lead exceeds every rival's interval"
         return [f"confirmed: trial {verdict['best']} is the best; {how}"]
     tied = ", ".join(str(n) for n in verdict["tied"])
     return [
         f"tied: these {len(verdict['tied'])} within {100 * verdict['within']:.1f}%: trials {tied} ({cost})",
         f"recommended: trial {verdict['recommended']} ({verdict['why']})",
     ]
+
+
+def named_best(study: optuna.Study) -> tuple[int | None, bool]:
+    """The trial the recorded verdict names (confirmed, or recommended among the tied; ``None``:
+    no current verdict), and whether the best's lead is unconfirmed (its interval is wider than
+    the gap to a rival and no current verdict judged it)."""
+    verdict = current_verdict(study)
+    if verdict is not None:
+        return int(verdict.get("recommended", verdict["best"])), False
+    ranked = ranking(study)
+    return None, bool(ranked) and len(candidates(ranked)) > 1
 
 
 def imprecise_line(loaded: LoadedStudy, cis: list[float], measured: int) -> str | None:
