@@ -61,12 +61,17 @@ class UserFiles:
     sft: str
     """TRL's SFTTrainer under torchrun."""
 
-    def lines(self) -> list[str]:
-        """What ``explorer best`` prints and ``launch.sh`` notes about them."""
+    def paths(self) -> list[str]:
+        """The files, as ``explorer best`` prints them."""
         return [
             f"TRL SFTConfig:      {self.sft_config}",
             f"run settings:       {self.run_settings} (what no Hugging Face setting holds: "
             "explorer.settings.RunSettings.load(it).prepare_model(model) / .data_collator())",
+        ]
+
+    def commands(self) -> list[str]:
+        """The user commands, as ``explorer best`` prints them (after the check run's)."""
+        return [
             "your own run, from these files alone (explorer.user_train, or your script in its place):",
             f"  {self.torchrun}",
             f"  {self.accelerate}",

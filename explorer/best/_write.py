@@ -270,12 +270,13 @@ def summary_lines(loaded: LoadedStudy, selection: Selection, files: BestFiles) -
         f"training arguments: {files.training_arguments} (chosen; benchmark-only settings apart: "
         f"{files.benchmark_arguments.name})",
         *outside_training_arguments(config),
-        *(files.user.lines() if files.user is not None else []),
+        *(files.user.paths() if files.user is not None else []),
         f"job:                {files.job}",
         f"launch script:      {files.launch_script}",
         "check that it runs here (a short benchmark run; it saves nothing):",
         *(f"  {note}" for note in [nodes_note(config)] if note),
         f"  {files.torchrun}",
         f"  {files.accelerate}",
+        *(files.user.commands() if files.user is not None else []),
     ]
     return lines
