@@ -19,37 +19,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.gpus import GPUS, lookup
+
 __all__ = ["PEAK_BF16_TFLOPS", "FlopModel", "peak_flops_for"]
 
-# Dense bf16 tensor-core peaks, TFLOP/s, from the vendors' data sheets (no sparsity: half the
-# sheets' "with sparsity" figures). The longest key contained in the device's name wins, so a
-# variant ("H100 NVL": 1,671 sparse, 835 dense, on NVIDIA's H100 sheet) needs its own key before the
-# family's ("H100": the SXM part's 1,979 sparse).
-PEAK_BF16_TFLOPS: dict[str, float] = {
-    "H200-NVL": 835.0,
-    "H200": 989.0,
-    "H100-NVL": 835.0,
-    "H100-SXM": 989.0,
-    "H100-80GB-HBM3": 989.0,
-    "H100-PCIE": 756.0,
-    "H100": 989.0,
-    "A100": 312.0,
-    "L40S": 362.0,
-    "L40": 181.0,
-    "A10G": 70.0,
-    "A10": 125.0,
-    "V100": 125.0,  # fp16 tensor cores (no bf16)
-    "T4": 65.0,  # fp16 tensor cores (no bf16)
-}
+PEAK_BF16_TFLOPS: dict[str, float] = {g.label: g.bf16_tflops or g.fp16_tflops or 0.0 for g in GPUS}
+"""Dense bf16 tensor-core peaks, TFLOP/s, by GPU model (fp16 for the T4 and V100, which have no
+bf16): :mod:`explorer.gpus`' table, where each comes with its source."""
 
 
 def peak_flops_for(gpu_name: str) -> float | None:
-    """The table's peak (FLOP/s) for a GPU name such as ``NVIDIA-H100-80GB-HBM3``, or ``None``."""
-    name = gpu_name.upper().replace(" ", "-")
-    for key in sorted(PEAK_BF16_TFLOPS, key=len, reverse=True):
-        if key in name:
-            return PEAK_BF16_TFLOPS[key] * 1e12
-    return None
+    """The peak (FLOP/s) of a GPU name such as ``NVIDIA-H100-80GB-HBM3``
+    (:func:`explorer.gpus.lookup`), or ``None``: not a GPU the table knows."""
+    gpu = lookup(gpu_name)
+    return gpu.peak_flops if gpu is not None else None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,7 +34,7 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
   (``MAX_MFU x t / (t + HALF_TOKENS)``) and at the data sheet's peak;
 * communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
   and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
-  the GPU's form, of which ``OVERLAP`` of the compute time hides;
+  the GPU's link (:mod:`explorer.gpus`), of which ``OVERLAP`` of the compute time hides;
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
 * the optimizer step: reading and writing the states at the memory's bandwidth.
 
@@ -48,11 +48,12 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.flops import FlopModel, peak_flops_for
+from explorer.errors import SpecError
+from explorer.flops import FlopModel
+from explorer.gpus import Gpu, gpu_figures, is_cpu_model, lookup, missing_figures
 from explorer.hardware import CPU_MODEL
 from explorer.knobs import knobs
 from explorer.search._calibrate import OVERLAP, PhysicsParts
@@ -86,22 +87,9 @@ CPU_ADAM_PARAMS_S = 1e9
 socket)."""
 HBM_BYTES_S = 1.5e12
 """Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
-GPU_MEMORY_GIB = {
-    "H200": 141.0,
-    "H100": 80.0,
-    "GH200": 96.0,
-    "L40S": 48.0,
-    "L40": 48.0,
-    "L4": 24.0,
-    "A10G": 24.0,
-    "T4": 16.0,
-}
-"""Memory of the GPUs whose names do not carry it (vendors' data sheets); ``...-40GB`` names do.
-The longest key that the name contains wins (``L40S`` before ``L40`` before ``L4``). The L4 and T4
-were missing until a held-out table on two L4s showed the memory prior running without a limit
-(issue 23, docs/benchmarks.md)."""
-NVLINK_FORMS = ("SXM", "HBM3", "NVL", "H200", "GH200")
-"""Name parts of the GPUs whose peers talk over NVLink (the rest: PCIe)."""
+CPU_STAND_IN_FLOPS = 312e12
+"""The peak a CPU study's processes (``CPU-logical``: not GPUs) are ranked at: a constant, not a
+price (the measured trials calibrate its scale); the A100's, as before the GPU table existed."""
 
 
 _EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
@@ -117,17 +105,25 @@ def _state_bytes(c: TrialConfig, default: float) -> float:
 
 
 def gpu_memory_gib(gpu_model: str | None) -> float | None:
-    """The memory of a GPU model, from its name (``NVIDIA-A100-SXM4-40GB``: 40) or the table above."""
-    if not gpu_model:
+    """The memory of a GPU model from the table of GPUs (:mod:`explorer.gpus`; ``None``: not a
+    GPU it knows)."""
+    gpu = lookup(gpu_model)
+    return gpu.memory_gb if gpu is not None else None
+
+
+def _figures(resources: ResourcesSpec) -> Gpu | None:
+    """The study's GPU figures (the table's, the declared ones over them); ``None``: a CPU study.
+
+    Raises:
+        SpecError: a CUDA study on a GPU that neither the table knows nor the study declares.
+    """
+    gpu = resources.gpu_model or ""
+    if resources.device == "cpu" or not gpu or gpu == "unknown" or is_cpu_model(gpu):
         return None
-    name = gpu_model.upper().replace(" ", "-")
-    found = re.search(r"(\d+)GB", name)
-    if found:
-        return float(found.group(1))
-    for key in sorted(GPU_MEMORY_GIB, key=len, reverse=True):
-        if key in name:
-            return GPU_MEMORY_GIB[key]
-    return None
+    figures = gpu_figures(gpu, resources.gpu)
+    if figures is None:
+        raise SpecError(file="study", field="resources.gpu", problem=str(missing_figures(gpu, resources.gpu)))
+    return figures
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,11 +183,12 @@ class JobPhysics:
         self.trainable = adapters if self.lora else self.arch.total
         self.lengths = _lengths(workload)
         gpu = resources.gpu_model or ""
-        self.peak = peak_flops_for(gpu) or 312e12
-        self.link = NVLINK_BYTES_S if any(k in gpu.upper() for k in NVLINK_FORMS) else PCIE_BYTES_S
+        figures = _figures(resources)
+        self.peak = figures.peak_flops if figures is not None else CPU_STAND_IN_FLOPS
+        self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
         self.context_gib = 0.0 if resources.device == "cpu" or gpu == CPU_MODEL else CONTEXT_GIB
         cap = resources.device_memory_gib
-        self.limit_gib = cap if cap is not None else gpu_memory_gib(gpu)
+        self.limit_gib = cap if cap is not None else figures.memory_gb if figures is not None else None
         """The memory a device may use, GiB (``None``: unknown, the models estimate it)."""
 
     def _tokens(self, c: TrialConfig) -> tuple[float, float]:

@@ -301,12 +301,20 @@ class WorkloadSpec(_Spec):
     checked against transformers' fields; those explorer decides are refused
     (:mod:`explorer.passthrough`). Left out of a dump when empty, so a study without it keeps the
     key its stored measurements were recorded under."""
+    trainer: Literal["transformers", "trl"] = "transformers"
+    """The trainer each rank measures: ``transformers`` (the ``Trainer``, explorer's own dataset
+    and collator) or ``trl`` (TRL's ``SFTTrainer`` with the configuration's ``SFTConfig``, the data
+    through TRL's own preparation: ``pip install 'explorer[trl]'``). Left out of a dump at
+    ``transformers``, so a study without it keeps the key its stored measurements were recorded
+    under."""
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict) and not data.get("training_arguments"):
             data.pop("training_arguments", None)
+        if isinstance(data, dict) and data.get("trainer") == "transformers":
+            data.pop("trainer", None)
         return data
 
     @model_validator(mode="after")
@@ -315,6 +323,11 @@ class WorkloadSpec(_Spec):
             raise ValueError(
                 "a jsonl dataset is read with the model's tokenizer: give model.path (a hub id, or a "
                 "folder with config.json and a tokenizer, such as studies/local-model), not an architecture"
+            )
+        if self.trainer == "trl" and self.dataset.kind != "jsonl":
+            raise ValueError(
+                "trainer trl trains on text through TRL's own preparation: give a jsonl dataset "
+                "(dataset.kind: jsonl), not synthetic tokens"
             )
         return self
 
@@ -391,6 +404,20 @@ class MeasurementSpec(_Spec):
         return 10_000_000
 
 
+class GpuFiguresSpec(_Spec):
+    """The data-sheet figures of a GPU that :mod:`explorer.gpus` does not know (or that differ from
+    its row there: a power-capped card); a figure left out is the table's."""
+
+    bf16_tflops: PositiveFloat | None = None
+    """Dense bf16 tensor-core peak, TFLOP/s (no 2:4 sparsity)."""
+    memory_gib: PositiveFloat | None = None
+    """Memory a process may use, GiB (as CUDA reports it)."""
+    bandwidth_tbs: PositiveFloat | None = None
+    """Peak memory bandwidth, TB/s."""
+    link_gbs: PositiveFloat | None = None
+    """GPU-to-GPU bandwidth inside a node per GPU, GB/s both directions (NVLink 4: 900, PCIe 4.0 x16: 64)."""
+
+
 class ResourcesSpec(_Spec):
     """The hardware trials may use."""
 
@@ -408,6 +435,10 @@ class ResourcesSpec(_Spec):
     declares that many logical GPUs of each; on a cluster (``launcher.address``) it is the most
     GPUs of that model the study uses at once, and the nodes say what they have (Ray's
     ``accelerator_type:<type>`` resource). ``None``: one model, :attr:`gpu_model`."""
+    gpu: GpuFiguresSpec | None = None
+    """The GPU's figures, for a model the table of GPUs (:mod:`explorer.gpus`) does not know:
+    a CUDA study on such a GPU is refused until it declares them (``explorer doctor`` on the node
+    measures them); for a known model, figures that replace the table's."""
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """``auto`` uses CUDA when the worker sees a GPU, else the CPU with gloo."""
     device_memory_gib: PositiveFloat | None = None
