@@ -47,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     _plan_arguments(sub)
     _audit_arguments(sub)
     _validate_arguments(sub)
+    _estimate_arguments(sub)
     _doctor_arguments(sub)
     return parser
 
@@ -317,6 +318,29 @@ def _validate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     )
 
 
+def _estimate_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    est = sub.add_parser(
+        "estimate",
+        help="predict each configuration's tokens/s per GPU and peak memory, before or after trials",
+        description="Rank STUDY.yaml's valid configurations by predicted dataset tokens/s per GPU, "
+        "each with its predicted peak memory, whether it fits and a band: the physics alone before any "
+        "trial, calibrated to the study's measured trials after. No GPU, Ray or hub access needed "
+        "(the model's architecture in the study file). A GPU the table does not know: exit 2 naming "
+        "the resources.gpu figures to declare.",
+    )
+    est.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    est.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
+    est.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KNOB=VALUE",
+        help="only the configurations with this knob value (repeat; every knob set: one configuration)",
+    )
+    est.add_argument("--top", type=int, default=10, metavar="N", help="print the N best (default 10)")
+    est.add_argument("--json", action="store_true", help="one JSON object per configuration")
+
+
 def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     doc = sub.add_parser(
         "doctor",
@@ -352,6 +376,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _optimize(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "estimate":
+            from explorer.estimate import run
+
+            return run(args.study, storage=args.storage, sets=args.set, top=args.top, as_json=args.json)
         if args.command == "measure":
             return _measure(args)
         if args.command == "benchmark-search":
@@ -409,8 +437,10 @@ def _validate(args: argparse.Namespace) -> int:
     loaded = load_study(
         args.study, storage=args.storage, n_trials=args.n_trials, check_launcher=not args.offline
     )
+    from explorer.hardware import check_priced
     from explorer.study import check_writable
 
+    check_priced(loaded.spec, args.study)  # a GPU the table of GPUs does not know, undeclared
     check_writable(loaded)  # the storage and run folder optimize writes
     print(
         f"{args.study}: ok: study {loaded.spec.name!r}, {len(loaded.space.domains)} parameters, "

@@ -23,10 +23,11 @@ from collections.abc import Callable
 from typing import Any
 
 from explorer.errors import SpecError
+from explorer.gpus import missing_figures
 from explorer.launch import accelerator_type, launcher_kind
 from explorer.spec import StudySpec
 
-__all__ = ["CPU_MODEL", "device_gpu_model", "hyphenated", "with_gpu_model"]
+__all__ = ["CPU_MODEL", "check_priced", "device_gpu_model", "hyphenated", "with_gpu_model"]
 
 CPU_MODEL = "CPU-logical"
 """The GPU model of trials that run on the CPU, where the study file names none: the CPU's
@@ -81,6 +82,22 @@ def _local(spec: StudySpec) -> bool:
     return launcher_kind(spec).local(spec)
 
 
+def check_priced(spec: StudySpec, label: str) -> None:
+    """Refuse a CUDA study on a GPU that the table of GPUs (:mod:`explorer.gpus`) does not know and
+    whose figures the study does not declare (``resources.gpu``): it is never priced as another card.
+
+    Raises:
+        SpecError: one line naming the figures to declare.
+    """
+    r = spec.resources
+    if r.device == "cpu":
+        return
+    for model in r.models:
+        problem = missing_figures(model, r.gpu) if model != "unknown" else None
+        if problem is not None:
+            raise SpecError(file=label, field="resources.gpu", problem=problem)
+
+
 def with_gpu_model(
     spec: StudySpec,
     label: str,
@@ -98,8 +115,24 @@ def with_gpu_model(
         nvml: instead of ``pynvml`` (a test's stand-in).
 
     Raises:
-        SpecError: the model cannot be known, or the declared one is not this machine's GPU.
+        SpecError: the model cannot be known, the declared one is not this machine's GPU, or
+            (``probe``) it is a GPU that is neither in the table nor declared (:func:`check_priced`).
     """
+    resolved, device = _resolved(spec, label, probe=probe, stored=stored, nvml=nvml)
+    if probe:
+        check_priced(resolved, label)
+    return resolved, device
+
+
+def _resolved(
+    spec: StudySpec,
+    label: str,
+    *,
+    probe: bool,
+    stored: Callable[[], str | None],
+    nvml: Any | None,
+) -> tuple[StudySpec, str | None]:
+    """:func:`with_gpu_model` before the check that the model is priced."""
     r = spec.resources
     cuda = r.device != "cpu"
     if r.gpu_model is not None:

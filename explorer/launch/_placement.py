@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.gpus import lookup
 from explorer.job import TrialJob
 from explorer.measurement import Measurement, Outcome
 
@@ -78,7 +79,11 @@ _NVIDIA_NAME = re.compile(r"\w+\s+((?:[A-Z]+\s+)*[A-Z0-9]*\d[A-Z0-9]*)")
 def accelerator_type(gpu_model: str) -> str:
     """Ray's accelerator type of a GPU model's name, derived as Ray derives it from the device
     name, hyphens read as spaces: ``NVIDIA-H100-80GB-HBM3`` -> ``H100``, ``NVIDIA-A100-SXM4-80GB``
-    -> ``A100``; a name without a model number is its own type (``CPU-small``)."""
+    -> ``A100``; a name without a model number is its own type (``CPU-small``). A GPU the table
+    knows (:mod:`explorer.gpus`) takes its row's type (the same, computed with Ray's own code)."""
+    gpu = lookup(gpu_model)
+    if gpu is not None:
+        return gpu.ray_type
     name = re.sub(r"[-_\s]+", " ", gpu_model).strip()
     match = _NVIDIA_NAME.match(name)
     result = match.group(1).replace(" ", "-") if match else None
