@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     _status_arguments(sub)
     _dashboard_arguments(sub)
     _best_arguments(sub)
+    _verify_arguments(sub)
     _plan_arguments(sub)
     _audit_arguments(sub)
     _validate_arguments(sub)
@@ -232,6 +233,35 @@ def _best_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
 
+def _verify_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ver = sub.add_parser(
+        "verify",
+        help="launch a trial's written files as a user would; compare its throughput with the study's",
+        description="Launch the trial's files (default: the best; written afresh into "
+        "<output_dir>/verify/trial-N/files, or --files DIR such as <output_dir>/best) with the user "
+        "command run_settings.json holds (a stock Trainer, real processes), on the study's data and "
+        "under its device_memory_gib; print its tokens/s per GPU and peak memory beside the trial's, "
+        "the ratio and whether it is within the trial's noise. Exit 1 on out-of-memory, a failed "
+        "launch, a result outside the noise or files that differ from the trial's, with the likely cause.",
+    )
+    ver.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
+    ver.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
+    ver.add_argument(
+        "--trial", type=int, metavar="N", help="the trial (default: the files' trial, else the best)"
+    )
+    ver.add_argument("--steps", type=int, default=20, metavar="N", help="measured steps after the warmup")
+    ver.add_argument("--files", metavar="DIR", help="launch this folder of explorer best's files instead")
+    ver.add_argument(
+        "--launch",
+        choices=("torchrun", "accelerate", "sft"),
+        default="torchrun",
+        help="which of run_settings.json's user commands (default torchrun)",
+    )
+    ver.add_argument(
+        "--timeout", type=float, default=600.0, metavar="S", help="seconds before the launch is killed"
+    )
+
+
 def _plan_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     plan = sub.add_parser(
         "plan",
@@ -396,6 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _dashboard(args)
         if args.command == "best":
             return _best(args)
+        if args.command == "verify":
+            return _verify(args)
         if args.command == "plan":
             return _plan(args)
         if args.command == "audit":
@@ -734,6 +766,27 @@ def _best(args: argparse.Namespace) -> int:
     for line in pareto_lines(study):  # a multi-objective study: every trade-off, not one best
         print(line)
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from explorer.verify import verify
+
+    for flag, value in (("--steps", args.steps), ("--timeout", args.timeout)):
+        if value <= 0:
+            raise SpecError(file=flag, field="", problem=f"{value} must be above 0")
+    loaded, study = _open_existing(args)
+    return verify(
+        loaded,
+        study,
+        trial=args.trial,
+        steps=args.steps,
+        files=Path(args.files) if args.files else None,
+        which=args.launch,
+        timeout_s=args.timeout,
+        file=args.study,
+    )
 
 
 def _plan(args: argparse.Namespace) -> int:

@@ -35,6 +35,17 @@ the ``liger_kernel`` package: the Trainer's own error) writes them as far as the
 batch its dataloader makes, untrained), with ``error``, and exits non-zero. ``--settings`` that
 cannot be read: one line, exit 2.
 
+Each record also holds ``measurement`` (:func:`measure`), taken the benchmark's way: the
+worker's step clock (:class:`explorer.worker._timing.StepClock`, a ``TrainerCallback``) at every
+optimizer step, the dataset tokens of every micro-batch the model is fed (its attention mask's
+sum; a packed batch's every token), summed over the ranks; the window after the warmup the job's
+own stop rule gives (``job.json``'s ``measurement``: its warmup steps, extended past one-off
+spikes as the trial's was); dataset tokens per second per process, the step times and their
+95% interval, and the peak memory (CPU: the resident set above the process before the model was
+built, as the worker counts it). ``--memory-cap-gib``: the study's ``device_memory_gib`` on the
+CPU, enforced as its trials ran (:class:`explorer.worker._memory.MemoryCap`, ``RLIMIT_AS``), so
+that a configuration runs out of memory here where it would there (``explorer verify`` passes it).
+
 Reuse: :func:`facts` reads a trained Trainer; the counters (``_Counter``) and the batch recorder
 (``_FirstBatch``) must be in place before training.
 """
@@ -51,7 +62,7 @@ from typing import Any
 
 from explorer.settings import FsdpOnCpu, RunSettings, SettingsError, decoder_layers
 
-__all__ = ["facts", "main", "synthetic_entries"]
+__all__ = ["facts", "main", "measure", "synthetic_entries"]
 
 
 def _json(path: Path) -> dict[str, Any]:
@@ -224,29 +235,124 @@ def _arguments(settings: Path, trainer: str) -> dict[str, Any]:
     return {**(_json(bench) if bench.is_file() else {}), **chosen}
 
 
+def _training_args(kind: str, kwargs: dict[str, Any]) -> Any:
+    """``SFTConfig(**kwargs)`` (``sft``) or ``TrainingArguments(**kwargs)`` (``plain``)."""
+    if kind == "sft":
+        from trl import SFTConfig
+
+        return SFTConfig(**kwargs)
+    from transformers import TrainingArguments
+
+    return TrainingArguments(**kwargs)
+
+
 def _trainer(
-    kind: str, kwargs: dict[str, Any], *, model: Any, entries: list[list[int]], run: RunSettings
+    kind: str, args: Any, *, model: Any, entries: list[list[int]], run: RunSettings, callbacks: list[Any]
 ) -> Any:
     """The Trainer of ``kind`` (``plain`` or ``sft``) over ``entries``; with the CPU shim where the
     arguments put FSDP on the CPU."""
     if kind == "sft":
         from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer
+        from trl import SFTTrainer
 
-        args: Any = SFTConfig(**kwargs)
         base: Any = SFTTrainer
         extra = {
             "train_dataset": Dataset.from_dict({"input_ids": entries}),
             "processing_class": _tokenizer(model),
         }
     else:
-        from transformers import Trainer, TrainingArguments
+        from transformers import Trainer
 
-        args = TrainingArguments(**kwargs)
         base = Trainer
         extra = {"train_dataset": [{"input_ids": e} for e in entries], "data_collator": run.data_collator()}
     cls = type(f"{base.__name__}OnCpu", (FsdpOnCpu, base), {}) if args.use_cpu and args.fsdp else base
-    return cls(model=model, args=args, **extra)
+    return cls(model=model, args=args, callbacks=callbacks, **extra)
+
+
+def _count_tokens(model: Any, log: Any) -> None:
+    """Count each micro-batch fed to ``model`` into ``log``'s running totals, as the benchmark's
+    ``CountingTrainer`` does: dataset tokens (the attention mask's sum; without a mask, every
+    token: a packed batch), tokens with padding, entries."""
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids is None or not module.training:
+            return
+        mask = kwargs.get("attention_mask")
+        positions = kwargs.get("position_ids")
+        log.run_dataset_tokens += int(mask.sum()) if mask is not None else ids.numel()
+        log.run_train_tokens += ids.numel()
+        if mask is None and positions is not None:  # packed: one row of entries, each from position 0
+            log.run_samples += int(positions.eq(0).sum())
+        else:
+            log.run_samples += ids.shape[0]
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _clock(job: dict[str, Any], device: Any) -> tuple[Any, Any, Any]:
+    """(the job's measurement spec, the step log, the benchmark's step clock over it). The clock
+    never stops the run (``--steps`` does): its rule is ``steps`` over more steps than any run."""
+    from explorer.spec import MeasurementSpec
+    from explorer.worker._timing import StepClock, StepLog
+
+    spec = MeasurementSpec.model_validate(job.get("measurement") or {})
+    never = MeasurementSpec(stop="steps", warmup_steps=spec.warmup_steps, measured_steps=10**9)
+    log = StepLog()
+    return spec, log, StepClock(log, device=device, spec=never)
+
+
+def _window(spec: Any, log: Any) -> int:
+    """The warmup steps the job's own stop rule gives on this run's clock (its warmup steps,
+    extended past one-off spikes); the job's warmup steps where that leaves under 2 measured."""
+    from explorer.worker._stopping import decide
+
+    if not log.ends:
+        return 0
+    warmup = decide(spec, start=log.start or log.ends[0], ends=log.ends).warmup
+    if len(log.ends) - warmup >= 2:
+        return warmup
+    return min(spec.warmup_steps, len(log.ends) - 1)
+
+
+def measure(spec: Any, log: Any, *, device: Any, baseline_rss: int, cap_gib: float | None) -> dict[str, Any]:
+    """This run's throughput and peak memory, the benchmark's way (see the module's docstring);
+    collective: every rank calls it, and every rank gets the same figures."""
+    import torch
+    import torch.distributed as dist
+
+    from explorer.worker._memory import peak_memory_bytes
+    from explorer.worker._stopping import relative_ci
+
+    warmup = _window(spec, log)
+    base = (log.dataset_tokens[warmup - 1], log.train_tokens[warmup - 1]) if warmup else (0, 0)
+    ends = (log.dataset_tokens[-1], log.train_tokens[-1]) if log.ends else (0, 0)
+    counts = torch.tensor([e - b for e, b in zip(ends, base, strict=True)], dtype=torch.float64)
+    peak = torch.tensor([float(peak_memory_bytes(device, baseline_rss=baseline_rss)[0])], dtype=torch.float64)
+    world = 1
+    if dist.is_initialized():
+        comm = "cuda" if device.type == "cuda" else "cpu"
+        counts, peak = counts.to(comm), peak.to(comm)
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        world = dist.get_world_size()
+    begin = log.ends[warmup - 1] if warmup else log.start
+    durations = [b - a for a, b in zip([begin, *log.ends[warmup:-1]], log.ends[warmup:], strict=True)]
+    seconds = sum(durations)
+    dataset_tokens, train_tokens = (int(x) for x in counts.cpu().tolist())
+    return {
+        "warmup_steps": warmup,
+        "measured_steps": len(durations),
+        "measured_seconds": seconds,
+        "measured_dataset_tokens": dataset_tokens,
+        "measured_train_tokens": train_tokens,
+        "processes": world,
+        "dataset_tokens_per_second_per_gpu": dataset_tokens / seconds / world if seconds > 0 else None,
+        "step_times": [round(d, 6) for d in durations],
+        "step_time_rel_ci": relative_ci(durations) if len(durations) > 1 else None,
+        "peak_memory_gib": float(peak[0]) / 2**30,
+        "memory_cap_gib": cap_gib,
+    }
 
 
 def _write_facts(out: Path, record: dict[str, Any]) -> None:
@@ -269,7 +375,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--data", metavar="FILE.jsonl", help='entries {"input_ids": [...]} (default: synthetic)'
     )
+    parser.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        metavar="GIB",
+        help="the study's device_memory_gib per process, enforced as its trials ran (the CPU: RLIMIT_AS)",
+    )
     ns = parser.parse_args(argv)
+    if ns.memory_cap_gib is not None and ns.memory_cap_gib <= 0:
+        parser.error(f"--memory-cap-gib {ns.memory_cap_gib} must be above 0")
     settings = Path(ns.settings)
     out = Path(ns.out) if ns.out else settings / "user-run"
     try:
@@ -280,30 +394,74 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     kwargs.update(output_dir=str(out / "trainer"), max_steps=ns.steps)
+    early = run.apply_environment()  # before the arguments: accelerate reads FSDP1's strategy
+    args = _training_args(ns.trainer, kwargs)
+    spec, log, clock = _clock(job, args.device)  # args.device: the process group first, as in a trial
+    _preload(ns.trainer, run)
+    entries = _entries(ns.data, n=64, max_length=run.model_max_length, vocab_size=_vocab_size(job))
+    cap = _memory_cap(ns.memory_cap_gib, args.device)  # from here on, the model and its training count
     model = _model(job, run)
     prepared = run.prepare_model(model)  # before the Trainer: environment, some layers checkpointed
+    prepared["environment"] = {**early, **prepared["environment"]}
     layers = _Counter(decoder_layers(model))
     embedding = _Counter([model.get_input_embeddings()], children=False)
-    vocab = int(model.config.get_text_config().vocab_size)
-    entries = _entries(ns.data, n=64, max_length=run.model_max_length, vocab_size=vocab)
-    trainer = _trainer(ns.trainer, kwargs, model=model, entries=entries, run=run)
+    _count_tokens(model, log)
+    trainer = _trainer(ns.trainer, args, model=model, entries=entries, run=run, callbacks=[clock])
     first = _FirstBatch(trainer.data_collator)
     trainer.data_collator = first
     try:
+        cap.enforce()
         trainer.train()
     except Exception as exc:  # the facts as far as they go (a batch drawn, untrained), then the error
+        cap.release()
         next(iter(trainer.get_train_dataloader()))
         record = {**facts(trainer, layers=layers, embedding=embedding, first=first), "prepared": prepared}
         _write_facts(out, {**record, "error": f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}"})
         raise
+    cap.release()
+    figures = measure(spec, log, device=args.device, baseline_rss=cap.baseline_rss, cap_gib=ns.memory_cap_gib)
     record = {**facts(trainer, layers=layers, embedding=embedding, first=first), "prepared": prepared}
-    _write_facts(out, record)
+    _write_facts(out, {**record, "measurement": figures})
     import torch.distributed as dist
 
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
     return 0
+
+
+def _preload(kind: str, run: RunSettings) -> None:
+    """Import the libraries the run takes before the memory baseline, as a trial's worker has
+    them (imports are the interpreter's, not the model's memory)."""
+    import transformers  # noqa: F401
+
+    if kind == "sft":
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    run.peft_config()  # peft, for a LoRA configuration
+
+
+def _vocab_size(job: dict[str, Any]) -> int:
+    """The vocabulary of ``job.json``'s model, from its configuration alone."""
+    from transformers import AutoConfig
+
+    spec = job["workload"]["model"]
+    if spec.get("architecture"):
+        arch = dict(spec["architecture"])
+        config = AutoConfig.for_model(arch.pop("model_type"), **arch)
+    else:
+        config = AutoConfig.from_pretrained(job.get("model_path") or spec["path"])
+    return int(config.get_text_config().vocab_size)
+
+
+def _memory_cap(cap_gib: float | None, device: Any) -> Any:
+    """The study's memory cap (``None``: none), its baseline marked now: after the process group,
+    before the model (:class:`explorer.worker._memory.MemoryCap`, as a trial takes it)."""
+    from explorer.worker._memory import MemoryCap
+
+    cap = MemoryCap(int(cap_gib * 2**30) if cap_gib else None, device)
+    cap.mark_baseline()
+    return cap
 
 
 if __name__ == "__main__":
