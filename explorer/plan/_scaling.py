@@ -29,9 +29,9 @@ and the nodes change). For each strategy s (``"DDP"``, ``"FSDP2 FULL_SHARD"``, .
   family's measured counts. With no residual freedom (``dof = 0``) there is no band: the
   prediction keeps its central value, ``low = 0``, ``high = inf`` and the note
   ``"no residual freedom: no band"``.
-* Past the family's largest measured GPU count, neither the central value nor the band's upper end
-  exceeds the best per-GPU throughput measured at that count (``_ABOVE_LINEAR``): a slope fitted
-  above linear is not extrapolated.
+* Past the family's largest measured GPU count, a central value above the best per-GPU throughput
+  measured at that count (a slope fitted above linear) is capped there, and so is the band's upper
+  end (``_ABOVE_LINEAR``); a fit below linear keeps its band as the regression gives it.
 * ``predict`` marks a GPU count (or node count) outside the family's measured range as
   ``extrapolated``; a count inside it but not measured is noted as interpolated. It returns None
   when the strategy has no usable fit (no family measured at two GPU counts) or the family has no
@@ -289,7 +289,7 @@ def _predict(solution: _Solution, family: _Family, number_gpus: int, number_node
         half = solution.t * solution.sd * math.sqrt(1 + 1 / family.n + float(d @ solution.inverse @ d))
         low, high = math.exp(centre - half), math.exp(centre + half)
     per_gpu = math.exp(centre)
-    if number_gpus > max(family.gpus) and max(per_gpu, high) > family.ceiling:
+    if number_gpus > max(family.gpus) and per_gpu > family.ceiling:
         per_gpu, high = min(per_gpu, family.ceiling), min(high, family.ceiling)
         low = min(low, per_gpu)
         notes.append(f"capped at the per-GPU throughput measured at {max(family.gpus)} GPUs: {_ABOVE_LINEAR}")
