@@ -83,6 +83,7 @@ def load_study(
     _check_gpu_models(spec, space, label=label, space_label=space_label)
     _refuse_all_invalid(spec, space, space_label)
     _refuse_never_valid_values(spec, space, space_label)
+    _refuse_trl_values(spec, space, space_label)
     table = launcher_kind(spec).check(spec, label=label, base=base, space=space, probe=probe)
     if check_model and probe:  # validate --offline checks a study meant for another machine
         _check_local_cuda(spec, label)
@@ -155,6 +156,20 @@ def _refuse_all_invalid(spec: StudySpec, space: SearchSpace, space_label: str) -
         field="parameters",
         problem=f"every configuration is invalid on these resources (e.g. {example})",
     )
+
+
+def _refuse_trl_values(spec: StudySpec, space: SearchSpace, space_label: str) -> None:
+    """``workload.trainer: trl``: the first searched value TRL's ``SFTConfig`` cannot express
+    (:func:`explorer.settings.trl_refusal`), in one line."""
+    if spec.workload.trainer != "trl":
+        return
+    from explorer.settings import trl_refusal
+
+    for name, domain in space.domains.items():
+        for value in domain.values:
+            reason = trl_refusal(name, value)
+            if reason is not None:
+                raise SpecError(file=space_label, field=f"parameters.{name}", problem=reason)
 
 
 NEVER_VALID_LIMIT = 100_000

@@ -79,6 +79,10 @@ class Key:
     MFU: Final = "mfu"
     STEP_TIME_MEAN: Final = "step_time_mean"
     STEP_TIME_REL_CI: Final = "step_time_rel_ci"
+    TRAINER: Final = "trainer"
+    """The trainer that measured: ``{"name"`` (``transformers`` or ``trl``), ``"version"``,
+    ``"class"}``; under TRL also how its batches were made (``padding_free``, ``packing``,
+    ``max_length``, ``pad_to_multiple_of``)."""
 
 
 class StudyKey:

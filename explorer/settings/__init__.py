@@ -39,7 +39,7 @@ from explorer.settings._training import (
     selective_checkpointing,
     training_kwargs,
 )
-from explorer.settings._trl import sft_config_kwargs
+from explorer.settings._trl import sft_config_kwargs, trl_refusal
 
 __all__ = [
     "BENCHMARK_ONLY",
@@ -77,6 +77,7 @@ __all__ = [
     "template_for",
     "torchrun_command",
     "training_kwargs",
+    "trl_refusal",
     "user_accelerate_command",
     "user_torchrun_command",
 ]

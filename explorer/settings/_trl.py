@@ -7,7 +7,7 @@ from typing import Any
 
 from explorer.trial_config import TrialConfig
 
-__all__ = ["sft_config_kwargs"]
+__all__ = ["sft_config_kwargs", "trl_refusal"]
 
 
 def sft_config_kwargs(config: TrialConfig, training: dict[str, Any]) -> dict[str, Any]:
@@ -31,3 +31,18 @@ def sft_config_kwargs(config: TrialConfig, training: dict[str, Any]) -> dict[str
         "pad_to_multiple_of": length if padding == "max_length" else None,
     }
     return {**training, **trl}
+
+
+def trl_refusal(name: str, value: Any) -> str | None:
+    """Why TRL's ``SFTConfig`` cannot express knob ``name`` at ``value`` (``None``: it can).
+
+    ``checkpoint_fraction`` below 1: ``SFTConfig.gradient_checkpointing`` checkpoints every decoder
+    layer or none; some layers only needs explorer's ``RunSettings.prepare_model``, which a stock
+    ``SFTTrainer`` script does not call.
+    """
+    if name == "checkpoint_fraction" and float(value) < 1.0:
+        return (
+            f"checkpoint_fraction {value}: TRL's SFTConfig checkpoints every decoder layer or none "
+            "(gradient_checkpointing); search 1.0 only, or use workload.trainer: transformers"
+        )
+    return None

@@ -19,7 +19,7 @@ from explorer.spec import MeasurementSpec
 from explorer.worker._compile import compile_count, compiling_steps
 from explorer.worker._stopping import Decision, decide, warmup_at_least
 
-__all__ = ["CountingTrainer", "StepClock", "StepLog"]
+__all__ = ["CountingTrainer", "StepClock", "StepLog", "TokenCounting"]
 
 
 @dataclass
@@ -41,12 +41,13 @@ class StepLog:
     run_samples: int = 0
 
 
-class CountingTrainer(FsdpOnCpu, Trainer):
-    """A Trainer that counts the tokens of every micro-batch it trains on.
+class TokenCounting:
+    """Counts the tokens of every micro-batch the trainer trains on, before its training step:
+    put first among a trainer's bases (``Trainer``, TRL's ``SFTTrainer``).
 
-    On the CPU it runs FSDP through :class:`explorer.settings.FsdpOnCpu` (accelerate ignores FSDP
-    there); on CUDA that is a no-op.
-    """
+    Dataset tokens are the batch's non-padding tokens (``attention_mask.sum()``; a padding-free
+    batch has no padding: all of its tokens); samples are its rows, or a padding-free row's
+    entries (each starts at position 0)."""
 
     step_log: StepLog
 
@@ -61,7 +62,15 @@ class CountingTrainer(FsdpOnCpu, Trainer):
             log.run_samples += int(positions.eq(0).sum())
         else:
             log.run_samples += ids.shape[0]
-        return super().training_step(model, inputs, num_items_in_batch)
+        return super().training_step(model, inputs, num_items_in_batch)  # type: ignore[misc]
+
+
+class CountingTrainer(TokenCounting, FsdpOnCpu, Trainer):
+    """A Trainer that counts the tokens of every micro-batch it trains on.
+
+    On the CPU it runs FSDP through :class:`explorer.settings.FsdpOnCpu` (accelerate ignores FSDP
+    there); on CUDA that is a no-op.
+    """
 
 
 def _sync(device: torch.device) -> None:

@@ -86,6 +86,38 @@ def training_arguments(
     return TrainingArguments(output_dir=output_dir, max_steps=job.measurement.step_budget, **kwargs)
 
 
+def _arguments(
+    job: TrialJob, *, device: torch.device, output_dir: str, layer_classes: list[str] | None
+) -> Any:
+    """The trainer's arguments: ``TrainingArguments``, or TRL's ``SFTConfig`` (``trainer: trl``)."""
+    if job.workload.trainer == "trl":
+        from explorer.worker._trl import sft_arguments
+
+        return sft_arguments(job, device_type=device.type, output_dir=output_dir, layer_classes=layer_classes)
+    return training_arguments(job, device=device, output_dir=output_dir, layer_classes=layer_classes)
+
+
+def _trainer(job: TrialJob, *, model: Any, args: Any, callbacks: list[Any], vocab_size: int) -> Any:
+    """The counting trainer of the study's ``workload.trainer``: the ``Trainer`` over explorer's
+    dataset and collator, or TRL's ``SFTTrainer`` over TRL's preparation of the JSONL file."""
+    if job.workload.trainer == "trl":
+        from explorer.worker._model import build_tokenizer
+        from explorer.worker._trl import sft_trainer
+
+        tokenizer = build_tokenizer(job.workload.model, job.model_path)
+        return sft_trainer(job, model=model, args=args, callbacks=callbacks, tokenizer=tokenizer)
+    from explorer.settings import collator_for
+    from explorer.worker._timing import CountingTrainer
+
+    return CountingTrainer(
+        model=model,
+        args=args,
+        train_dataset=_dataset(job, vocab_size=vocab_size),
+        callbacks=callbacks,
+        data_collator=collator_for(**run_options(job.config, "data_option")),
+    )
+
+
 def process_group_record() -> dict[str, Any]:
     """The process group this rank really trained in: its backends per device type and size."""
     import torch.distributed as dist
@@ -97,10 +129,10 @@ def process_group_record() -> dict[str, Any]:
 
 def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
     """Train this rank's share of the trial; rank 0 returns the aggregated measurement."""
-    from explorer.settings import collator_for
     from explorer.worker._apply import unmet_needs
     from explorer.worker._model import decoder_layer_classes, load_config
-    from explorer.worker._timing import CountingTrainer, StepClock, StepLog
+    from explorer.worker._timing import StepClock, StepLog
+    from explorer.worker._trl import trainer_record
 
     c = job.config
     device = pick_device(job.resources.device)
@@ -110,7 +142,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         config = load_config(job.workload.model, job.model_path)
         unmet_needs(c, device_type=device.type, model_type=getattr(config, "model_type", None))
         layers = decoder_layer_classes(config) if c.distributed_backend == "FSDP" else None
-        args = training_arguments(job, device=device, output_dir=tmp, layer_classes=layers)
+        args = _arguments(job, device=device, output_dir=tmp, layer_classes=layers)
         _ = args.device  # initialises the process group (gloo / nccl)
         PHASES.mark("process_group")
         cap.mark_baseline()  # from here on, the model, its states and activations count
@@ -118,7 +150,6 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         PHASES.mark("model_built")
         flops = _flop_model(model, config, c)  # before FSDP flattens and shards the weights
         parameters = _parameter_counts(model)
-        dataset = _dataset(job, vocab_size=config.vocab_size)
         log = StepLog()
         plan = compile_plan(c)  # before the Trainer: accelerate reads the shapes setting then
         clock = StepClock(log, device=device, spec=job.measurement, compiled=plan is not None)
@@ -127,13 +158,7 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
             from explorer.worker._fault import FaultCallback
 
             callbacks.append(FaultCallback(job.fault, device=device))
-        trainer = CountingTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            callbacks=callbacks,
-            data_collator=collator_for(**run_options(c, "data_option")),
-        )
+        trainer = _trainer(job, model=model, args=args, callbacks=callbacks, vocab_size=config.vocab_size)
         trainer.step_log = log
         rank0 = int(os.environ.get("RANK", "0")) == 0
         nvml, sampler = _start_sampler(out_dir) if rank0 else (None, None)
@@ -150,7 +175,9 @@ def run_rank(job: TrialJob, out_dir: Path) -> Measurement | None:
         if log.ends:
             PHASES.at("first_step", log.ends[0])
         extra = {**_extra(trainer, model, parameters, fingerprint(nvml=nvml) if rank0 else None), **applied}
-        extra.update(_group_record(trainer), optimizer=_optimizer_record(trainer))
+        extra.update(
+            _group_record(trainer), optimizer=_optimizer_record(trainer), trainer=trainer_record(trainer)
+        )
         if sampler is not None and nvml is not None:
             extra["nvml"] = sampler.record()  # the GPUs read, by UUID, and whose memory counted
         extra["worst_case_step"] = worst
@@ -207,12 +234,13 @@ def _model(job: TrialJob, config: Any, device: torch.device) -> tuple[Any, dict[
         options=options,
         dtype=dtype,
     )
-    return model, _apply_knobs(model, c)
+    return model, _apply_knobs(model, c, liger_by_trainer=job.workload.trainer == "trl")
 
 
-def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
+def _apply_knobs(model: Any, c: TrialConfig, *, liger_by_trainer: bool = False) -> dict[str, Any]:
     """Liger's kernels and selective checkpointing, applied to the model before the Trainer
-    wraps it; what was really applied, for the measurement's ``extra``."""
+    wraps it; what was really applied, for the measurement's ``extra``. ``liger_by_trainer``:
+    TRL applies Liger itself (``use_liger_kernel``), as a user's ``SFTTrainer`` would."""
     from explorer.settings import apply_liger, apply_selective_checkpointing, selective_checkpointing
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -220,7 +248,10 @@ def _apply_knobs(model: Any, c: TrialConfig) -> dict[str, Any]:
         "weights_dtype": str(next(base.parameters()).dtype).removeprefix("torch."),
         "attention_in_model": getattr(base.config, "_attn_implementation", None),
     }
-    applied.update(apply_liger(model, c))
+    if liger_by_trainer:
+        applied["liger"] = "use_liger_kernel" if c.liger_kernel else "off"
+    else:
+        applied.update(apply_liger(model, c))
     if selective_checkpointing(c):
         applied.update(apply_selective_checkpointing(model, c.checkpoint_fraction))
     return applied
@@ -389,6 +420,12 @@ def measure_cpu_matmul_flops(size: int = 512, seconds: float = 0.3) -> float:
     return 2.0 * size**3 * n / (time.perf_counter() - start)
 
 
+def _per_step(cumulative: list[int], warmup: int) -> list[int]:
+    """Each measured step's share of a cumulative per-step count (the steps after ``warmup``)."""
+    before = cumulative[warmup - 1] if warmup else 0
+    return [b - a for a, b in zip([before, *cumulative[warmup:-1]], cumulative[warmup:], strict=True)]
+
+
 def _aggregate(
     job: TrialJob,
     log: Any,
@@ -411,7 +448,8 @@ def _aggregate(
     base = (log.dataset_tokens[w - 1], log.train_tokens[w - 1], log.samples[w - 1]) if w else (0, 0, 0)
     peak_reserved, peak_alloc = peak_memory_bytes(device, baseline_rss=baseline_rss)
     ends = (log.dataset_tokens[-1], log.train_tokens[-1], log.samples[-1])
-    counts = torch.tensor([e - b for e, b in zip(ends, base, strict=True)], dtype=torch.float64)
+    totals = [e - b for e, b in zip(ends, base, strict=True)]
+    counts = torch.tensor(totals + _per_step(log.dataset_tokens, w), dtype=torch.float64)
     peaks = torch.tensor([peak_reserved, peak_alloc], dtype=torch.float64)
     distributed = dist.is_available() and dist.is_initialized()
     if distributed:
@@ -431,7 +469,8 @@ def _aggregate(
         if len(durations) > 1
         else 0.0
     )
-    dataset_tokens, train_tokens, samples = (int(x) for x in counts.cpu().tolist())
+    summed = [int(x) for x in counts.cpu().tolist()]
+    dataset_tokens, train_tokens, samples = summed[:3]
     gpus = job.config.number_gpus
     dtps = dataset_tokens / seconds
     peak = _peak_flops(device, job.resources.model_of(job.config.gpu_model))  # the trial's model
@@ -462,7 +501,8 @@ def _aggregate(
         device=device.type,
         **memory,
     )
-    extra = {**extra, "step_times": [round(d, 6) for d in durations]}
+    # per measured step: its seconds and the dataset tokens all ranks trained in it
+    extra = {**extra, "step_times": [round(d, 6) for d in durations], "step_dataset_tokens": summed[3:]}
     return Measurement(outcome=Outcome.OK, properties=props, extra=extra)
 
 

@@ -1,0 +1,226 @@
+"""``workload.trainer: trl``: each padding value reaches TRL's ``SFTTrainer`` as the batches the
+trainer then trains on (row shapes, attention masks, position ids), a real trial counts the
+dataset tokens the seeds' way (entries consumed, each cut at ``model_max_length``, padding never
+counted) and records the trainer, validation refuses what TRL cannot express in one line, and the
+``sft_config.json`` that ``explorer best`` writes loads in ``trl.SFTConfig(**json)`` and trains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from explorer.job import TrialJob
+from explorer.launch import run_trial
+from explorer.measure import config_from_cli, with_measurement
+from explorer.measurement import Outcome
+from explorer.study_file import load_study
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY = REPO / "studies" / "local-jsonl-trl.yaml"
+MODEL = REPO / "studies" / "local-model"
+DATA = REPO / "studies" / "data" / "instructions.jsonl"
+LENGTH = 128
+
+
+def _token_counts() -> list[int]:
+    """Tokens of every entry as TRL prepares it: the text with the EOS token appended, through
+    the shipped tokenizer.json (which adds ``<s>`` and ``</s>`` itself, so an entry ends in two
+    ``</s>``: what a user's SFTTrainer trains on)."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(MODEL / "tokenizer.json"))
+    texts = [
+        json.loads(line)["text"] + "</s>"
+        for line in DATA.read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    return [len(e.ids) for e in tokenizer.encode_batch(texts)]
+
+
+def _job(padding: str, *, batch: int = 4, gpus: int = 1, warmup: int = 1, steps: int = 2) -> TrialJob:
+    loaded = with_measurement(
+        load_study(STUDY, check_launcher=False), warmup_steps=warmup, measured_steps=steps
+    )
+    sets = [f"padding={padding}", f"batch_size={batch}", f"number_gpus={gpus}", f"model_max_length={LENGTH}"]
+    job = TrialJob.for_study(loaded, config_from_cli(loaded, sets=sets, config_file=None), trial_number=0)
+    return replace(job, resources=job.resources.model_copy(update={"device_memory_gib": None}))
+
+
+def _first_batch(job: TrialJob, tmp_path: Path) -> dict:
+    """The first batch TRL's SFTTrainer (as the worker builds it) feeds its training step."""
+    from explorer.worker._model import build_model, build_tokenizer, load_config
+    from explorer.worker._trl import sft_arguments, sft_trainer
+
+    config = load_config(job.workload.model, job.model_path)
+    model = build_model(job.workload.model, job.model_path, config, lora_r=None, method=job.workload.method)
+    args = sft_arguments(job, device_type="cpu", output_dir=str(tmp_path), layer_classes=None)
+    tokenizer = build_tokenizer(job.workload.model, job.model_path)
+    trainer = sft_trainer(job, model=model, args=args, callbacks=[], tokenizer=tokenizer)
+    return next(iter(trainer.get_train_dataloader()))
+
+
+@pytest.mark.parametrize("padding", ["max_length", "longest", "packed"])
+def test_each_padding_reaches_trl_as_the_batches_it_trains(padding, tmp_path):
+    job = _job(padding)
+    batch = _first_batch(job, tmp_path)
+    lengths = [min(n, LENGTH) for n in _token_counts()[:4]]  # the sequential sampler: entries 0-3
+    ids = batch["input_ids"]
+    if padding == "packed":  # one row, the entries back to back, positions restarting at each
+        assert "attention_mask" not in batch
+        assert tuple(ids.shape) == (1, sum(lengths))
+        expected = [p for n in lengths for p in range(n)]
+        assert batch["position_ids"][0].tolist() == expected
+        return
+    width = LENGTH if padding == "max_length" else max(lengths)
+    assert tuple(ids.shape) == (4, width)
+    assert "position_ids" not in batch
+    assert batch["attention_mask"].sum(dim=1).tolist() == lengths
+    assert (ids[batch["attention_mask"] == 0] == 0).all()  # the padding: <pad>
+
+
+def _measured(padding: str, tmp_path: Path, **kwargs):
+    job = _job(padding, **kwargs)
+    m = run_trial(job, work_dir=tmp_path / padding, timeout_s=240)
+    assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
+    assert m.properties is not None
+    return m
+
+
+@pytest.mark.parametrize("padding", ["max_length", "packed"])
+def test_a_trl_trial_counts_the_entries_it_consumed(padding, tmp_path):
+    """One real trial (the worker under torchrun, one CPU process): the measured window's dataset
+    tokens are those of its entries, each cut at model_max_length, whatever the padding; its rate
+    recomputes from the per-step counts; the trial records TRL and its version."""
+    import trl
+
+    m = _measured(padding, tmp_path, batch=4, warmup=1, steps=2)
+    p = m.properties
+    window = range(1 * 4, 3 * 4)
+    counts = _token_counts()
+    expected = sum(min(counts[i], LENGTH) for i in window)
+    assert p.measured_samples == len(window)
+    assert p.measured_dataset_tokens == expected
+    assert p.measured_train_tokens == (expected if padding == "packed" else len(window) * LENGTH)
+    steps = m.extra["step_dataset_tokens"]
+    assert sum(steps) == expected and len(steps) == p.measured_steps == 2
+    rate = sum(steps) / sum(m.extra["step_times"])
+    assert p.dataset_tokens_per_second == pytest.approx(rate, rel=0.01)
+    record = m.extra["trainer"]
+    assert record["name"] == "trl" and record["version"] == trl.__version__
+    assert record["class"] == "SFTTrainer"
+    assert record["padding_free"] is (padding == "packed")
+    assert record["max_length"] == (None if padding == "packed" else LENGTH)
+
+
+def test_the_transformers_trainer_records_itself(tmp_path):
+    import transformers
+
+    loaded = with_measurement(
+        load_study(REPO / "studies" / "local-jsonl.yaml", check_launcher=False),
+        warmup_steps=1,
+        measured_steps=1,
+    )
+    sets = ["padding=packed", "batch_size=2", "number_gpus=1", f"model_max_length={LENGTH}"]
+    job = TrialJob.for_study(loaded, config_from_cli(loaded, sets=sets, config_file=None), trial_number=0)
+    job = replace(job, resources=job.resources.model_copy(update={"device_memory_gib": None}))
+    m = run_trial(job, work_dir=tmp_path, timeout_s=240)
+    assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
+    assert m.extra["trainer"] == {
+        "name": "transformers",
+        "version": transformers.__version__,
+        "class": "Trainer",
+    }
+
+
+def _validate(tmp_path: Path, study: str, space: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "space.yaml").write_text(space)
+    (tmp_path / "study.yaml").write_text(study)
+    return subprocess.run(
+        [sys.executable, "-m", "explorer", "validate", str(tmp_path / "study.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+
+
+def _trl_study(tmp_path: Path, **workload: str) -> str:
+    text = STUDY.read_text(encoding="utf-8")
+    text = text.replace("./local-model", str(MODEL)).replace("./data/instructions.jsonl", str(DATA))
+    text = text.replace("../search_spaces/local-jsonl-trl.yaml", "space.yaml")
+    for old, new in workload.items():
+        text = text.replace(old, new)
+    return text
+
+
+SPACE = (REPO / "search_spaces" / "local-jsonl-trl.yaml").read_text(encoding="utf-8")
+
+
+def test_validation_refuses_a_value_trl_cannot_express_in_one_line(tmp_path):
+    space = SPACE.replace(
+        "gradient_checkpointing: false",
+        "gradient_checkpointing: true\n  checkpoint_fraction: {choices: [0.5, 1.0]}",
+    )
+    r = _validate(tmp_path, _trl_study(tmp_path), space)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in r.stderr
+    assert "parameters.checkpoint_fraction" in lines[0] and "TRL's SFTConfig" in lines[0]
+    ok = _validate(tmp_path, _trl_study(tmp_path), space.replace("[0.5, 1.0]", "[1.0]"))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    plain = _validate(tmp_path, _trl_study(tmp_path, **{"  trainer: trl\n": ""}), space)
+    assert plain.returncode == 0, plain.stdout + plain.stderr  # the transformers trainer can
+
+
+def test_validation_refuses_trl_on_synthetic_tokens_in_one_line(tmp_path):
+    study = _trl_study(
+        tmp_path,
+        **{
+            f"dataset: {{kind: jsonl, path: {DATA}, text_field: text}}": "dataset: {kind: synthetic, entries: 8}"
+        },
+    )
+    r = _validate(tmp_path, study, SPACE)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "trainer trl" in r.stderr
+
+
+@pytest.mark.parametrize("padding", ["longest", "packed"])
+def test_the_sft_config_best_writes_loads_in_sft_config_and_trains(padding, tmp_path):
+    """``explorer best``'s files for a configuration: ``SFTConfig(**sft_config.json)`` (with the
+    benchmark-only arguments and a step budget), a stock ``SFTTrainer`` over the JSONL text
+    (truncated to ``model_max_length`` as run_settings.json says), trains two steps."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from explorer.best import write_config
+    from explorer.worker._model import build_model, build_tokenizer, load_config
+
+    loaded = load_study(STUDY, check_launcher=False)
+    sets = [f"padding={padding}", "batch_size=2", "number_gpus=1", f"model_max_length={LENGTH}"]
+    config = config_from_cli(loaded, sets=sets, config_file=None)
+    out = tmp_path / "best"
+    write_config(loaded, config, out, steps=2, trial_number=0, device_type="cpu", title="test")
+    chosen = json.loads((out / "sft_config.json").read_text())
+    assert chosen["padding_free"] is (padding == "packed")
+    bench = json.loads((out / "benchmark_arguments.json").read_text())
+    args = SFTConfig(**{**bench, **chosen}, output_dir=str(tmp_path / "run"), max_steps=2)
+    tokenizer = build_tokenizer(loaded.spec.workload.model, str(MODEL))
+    texts = [json.loads(line)["text"] for line in DATA.read_text(encoding="utf-8").splitlines()[:8]]
+    ids = [tokenizer(t)["input_ids"][:LENGTH] for t in texts]
+    model_config = load_config(loaded.spec.workload.model, str(MODEL))
+    model = build_model(
+        loaded.spec.workload.model, str(MODEL), model_config, lora_r=None, method=loaded.spec.workload.method
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_dict({"input_ids": ids}),
+        processing_class=tokenizer,
+    )
+    result = trainer.train()
+    assert trainer.state.global_step == 2 and result.training_loss > 0
