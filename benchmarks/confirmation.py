@@ -44,11 +44,40 @@ NOISE_FREE_SEEDS = range(5)
 N_TRIALS = 20
 WITHIN = 0.02
 """A named best within this fraction of the table's true best is a hit."""
+BUDGETS = ("default", "large")
+"""The default confirmation budget (a quarter of the search's GPU-seconds), then a large one."""
+LARGE_BUDGET = 1.0
+"""The large budget: this many times the search's GPU-seconds."""
+
+
+def _remeasure(run: Any, study: Any, budget_gpu_s: float) -> dict[str, Any]:
+    """Confirm ``study`` again from scratch with ``budget_gpu_s``, through a fresh replay launcher
+    of the same noise (its jobs draw the same noise as the first confirmation's, then more)."""
+    import tempfile
+
+    from explorer.launch import launcher_for
+    from explorer.record import StudyKey, write_study
+    from explorer.study._confirm import confirm
+
+    write_study(study, StudyKey.CONFIRMATION, None)
+    spec = run.spec.model_copy(update={"confirm_budget_gpu_s": budget_gpu_s})
+    with tempfile.TemporaryDirectory() as folder:
+        launcher = launcher_for(run, output_dir=Path(folder))
+        launcher.start()
+
+        def measure(config: Any, job: int) -> Any:
+            from explorer.job import TrialJob
+
+            launcher.submit(TrialJob.for_study(run, config, trial_number=job))
+            return next(m for n, m in launcher.wait(timeout_s=1.0) if n == job)
+
+        return confirm(study, spec, measure, lambda _: None) or {}
 
 
 def run_one(name: str, seed: int, noise: float) -> dict[str, Any]:
-    """One optimize run of study ``name`` on its table with ``noise``; what was named best with
-    and without confirmation, their true values, and the confirmation's cost."""
+    """One optimize run of study ``name`` on its table with ``noise``; what was named best without
+    confirmation and with it (the default budget, then :data:`LARGE_BUDGET` times the search's
+    GPU-seconds), their true values, and each confirmation's cost."""
     import optuna
 
     from explorer.search_benchmark import best_in_table, score
@@ -69,48 +98,55 @@ def run_one(name: str, seed: int, noise: float) -> dict[str, Any]:
     storage = optuna.storages.InMemoryStorage()
     optimize(run, printer=lambda _: None, storage=storage, write_ahead=False)
     study = open_study(run, create=False, storage=storage)
-    assert loaded.replay_table is not None
-    true_best = best_in_table(run, loaded.replay_table)[0]
+    table_ = loaded.replay_table
+    assert table_ is not None
     ranked = ranking(study)
 
-    def true(trial: optuna.trial.FrozenTrial) -> float:
-        return score(loaded.replay_table, config_of(trial)) or 0.0  # type: ignore[arg-type]
+    def true(number: int) -> float:
+        trial = next(t for t in ranked if t.number == number)
+        return score(table_, config_of(trial)) or 0.0
 
-    chosen, _ = named_best(study)
-    confirmed = next(t for t in ranked if t.number == chosen)
-    verdict = study.user_attrs.get("confirmation") or {}
-    return {
+    out: dict[str, Any] = {
         "seed": seed,
-        "true_best": true_best,
-        "found": max(true(t) for t in ranked),
-        "without": true(ranked[0]),
-        "with": true(confirmed),
-        "verdict": verdict.get("verdict"),
-        "candidates": len(verdict.get("candidates") or []),
-        "rounds": verdict.get("rounds", 0),
-        "confirm_gpu_s": verdict.get("gpu_seconds", 0.0),
+        "true_best": best_in_table(run, table_)[0],
+        "found": max(true(t.number) for t in ranked),
+        "without": true(ranked[0].number),
         "study_gpu_s": study_gpu_seconds(study),
     }
+    for budget in BUDGETS:
+        if budget != "default":
+            _remeasure(run, study, LARGE_BUDGET * out["study_gpu_s"])
+        verdict = study.user_attrs.get("confirmation") or {}
+        out[budget] = {
+            "with": true(named_best(study)[0] or ranked[0].number),
+            "verdict": verdict.get("verdict"),
+            "candidates": len(verdict.get("candidates") or []),
+            "rounds": verdict.get("rounds", 0),
+            "confirm_gpu_s": verdict.get("gpu_seconds", 0.0),
+        }
+    return out
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Hit rates with and without confirmation, and the cost, over ``runs``."""
-
-    def rate(key: str, of: str) -> float:
-        return sum(r[key] >= (1 - WITHIN) * r[of] for r in runs) / len(runs)
-
-    extra = [r["confirm_gpu_s"] for r in runs]
+def summarize(runs: list[dict[str, Any]], budget: str) -> dict[str, Any]:
+    """Over ``runs``: how often the named best is within :data:`WITHIN` of the table's true best
+    without and with confirmation (``budget``), its true value over the true best (mean, worst),
+    and the confirmation's GPU-seconds."""
+    without = [r["without"] / r["true_best"] for r in runs]
+    with_ = [r[budget]["with"] / r["true_best"] for r in runs]
+    extra = [r[budget]["confirm_gpu_s"] for r in runs]
     return {
         "runs": len(runs),
-        "hit_without": rate("without", "true_best"),
-        "hit_with": rate("with", "true_best"),
-        "found_without": rate("without", "found"),
-        "found_with": rate("with", "found"),
-        "search_found": rate("found", "true_best"),
+        "hit_without": sum(x >= 1 - WITHIN for x in without) / len(runs),
+        "hit_with": sum(x >= 1 - WITHIN for x in with_) / len(runs),
+        "mean_without": statistics.fmean(without),
+        "mean_with": statistics.fmean(with_),
+        "worst_without": min(without),
+        "worst_with": min(with_),
+        "search_found": sum(r["found"] >= (1 - WITHIN) * r["true_best"] for r in runs) / len(runs),
         "confirm_gpu_s_mean": statistics.fmean(extra),
         "confirm_gpu_s_max": max(extra),
         "confirm_share": sum(extra) / sum(r["study_gpu_s"] for r in runs),
-        "tied": sum(r["verdict"] == "tied" for r in runs),
+        "tied": sum(r[budget]["verdict"] == "tied" for r in runs),
     }
 
 
@@ -118,20 +154,30 @@ def main() -> int:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    out: dict[str, Any] = {"noise": NOISE, "n_trials": N_TRIALS, "within": WITHIN, "studies": {}}
+    out: dict[str, Any] = {
+        "noise": NOISE,
+        "n_trials": N_TRIALS,
+        "within": WITHIN,
+        "large_budget": LARGE_BUDGET,
+        "studies": {},
+    }
     for name in STUDIES:
         noisy = [run_one(name, seed, NOISE) for seed in SEEDS]
         clean = [run_one(name, seed, 0.0) for seed in NOISE_FREE_SEEDS]
-        out["studies"][name] = {
-            "noisy": {"summary": summarize(noisy), "runs": noisy},
-            "noise_free": {"summary": summarize(clean), "runs": clean},
+        parts = {
+            "noisy": {"summary": {b: summarize(noisy, b) for b in BUDGETS}, "runs": noisy},
+            "noise_free": {"summary": {"default": summarize(clean, "default")}, "runs": clean},
         }
-        s, c = out["studies"][name]["noisy"]["summary"], out["studies"][name]["noise_free"]["summary"]
-        print(
-            f"{name}: within {100 * WITHIN:g}% of the true best {100 * s['hit_without']:.0f}% -> "
-            f"{100 * s['hit_with']:.0f}% of {s['runs']} runs; +{s['confirm_gpu_s_mean']:.0f} GPU-s a run "
-            f"({100 * s['confirm_share']:.1f}% of the search); noise-free: {c['confirm_gpu_s_mean']:.1f} GPU-s"
-        )
+        out["studies"][name] = parts
+        for kind, part in parts.items():
+            for budget, s in part["summary"].items():
+                print(
+                    f"{name} {kind} {budget}: within {100 * WITHIN:g}% of the true best "
+                    f"{100 * s['hit_without']:.0f}% -> {100 * s['hit_with']:.0f}% of {s['runs']} runs; "
+                    f"mean {s['mean_without']:.3f} -> {s['mean_with']:.3f}, worst {s['worst_without']:.3f} -> "
+                    f"{s['worst_with']:.3f}; +{s['confirm_gpu_s_mean']:.0f} GPU-s a run "
+                    f"({100 * s['confirm_share']:.1f}% of the search)"
+                )
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)}")
     return 0

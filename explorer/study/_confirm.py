@@ -55,6 +55,8 @@ PRIOR_DF = 4
 repeated measurements (the rest: the repeats' own scatter)."""
 HEADROOM_STEP = 0.05
 """Memory headrooms in the same step of this size count as the same when recommending among ties."""
+HEADROOM_ENOUGH = 0.2
+"""Memory headroom beyond this fraction of the limit makes a configuration no more robust."""
 
 
 def rel_ci(trial: optuna.trial.FrozenTrial) -> float:
@@ -215,10 +217,10 @@ def _knobs_off_default(config: TrialConfig) -> int:
 
 
 def _robustness(arm: _Arm, cap_gib: float | None) -> tuple[int, int, int, float]:
-    """Sort key, most robust first: most memory headroom (in steps), fewest GPUs, fewest knobs off
-    their defaults, highest mean."""
+    """Sort key, most robust first: most memory headroom (in steps of :data:`HEADROOM_STEP`, up to
+    :data:`HEADROOM_ENOUGH`), fewest GPUs, fewest knobs off their defaults, highest mean."""
     headroom = _headroom(arm.trial, cap_gib)
-    step = math.floor(headroom / HEADROOM_STEP) if headroom is not None else -1
+    step = round(min(headroom, HEADROOM_ENOUGH) / HEADROOM_STEP) if headroom is not None else -1
     return (-step, arm.config.number_gpus, _knobs_off_default(arm.config), -arm.mean)
 
 
