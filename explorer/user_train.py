@@ -318,41 +318,48 @@ def _window(spec: Any, log: Any) -> int:
 def measure(spec: Any, log: Any, *, device: Any, baseline_rss: int, cap_gib: float | None) -> dict[str, Any]:
     """This run's throughput and peak memory, the benchmark's way (see the module's docstring);
     collective: every rank calls it, and every rank gets the same figures."""
-    import torch
-    import torch.distributed as dist
-
     from explorer.worker._memory import peak_memory_bytes
     from explorer.worker._stopping import relative_ci
 
     warmup = _window(spec, log)
     base = (log.dataset_tokens[warmup - 1], log.train_tokens[warmup - 1]) if warmup else (0, 0)
     ends = (log.dataset_tokens[-1], log.train_tokens[-1]) if log.ends else (0, 0)
-    counts = torch.tensor([e - b for e, b in zip(ends, base, strict=True)], dtype=torch.float64)
-    peak = torch.tensor([float(peak_memory_bytes(device, baseline_rss=baseline_rss)[0])], dtype=torch.float64)
-    world = 1
-    if dist.is_initialized():
-        comm = "cuda" if device.type == "cuda" else "cpu"
-        counts, peak = counts.to(comm), peak.to(comm)
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM)
-        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-        world = dist.get_world_size()
+    by_step = [b - a for a, b in zip([0, *log.dataset_tokens[:-1]], log.dataset_tokens, strict=True)]
+    counts = [e - b for e, b in zip(ends, base, strict=True)] + by_step
+    summed, peak, world = _over_ranks(counts, peak_memory_bytes(device, baseline_rss=baseline_rss)[0], device)
     begin = log.ends[warmup - 1] if warmup else log.start
     durations = [b - a for a, b in zip([begin, *log.ends[warmup:-1]], log.ends[warmup:], strict=True)]
     seconds = sum(durations)
-    dataset_tokens, train_tokens = (int(x) for x in counts.cpu().tolist())
     return {
         "warmup_steps": warmup,
         "measured_steps": len(durations),
         "measured_seconds": seconds,
-        "measured_dataset_tokens": dataset_tokens,
-        "measured_train_tokens": train_tokens,
+        "measured_dataset_tokens": summed[0],
+        "measured_train_tokens": summed[1],
         "processes": world,
-        "dataset_tokens_per_second_per_gpu": dataset_tokens / seconds / world if seconds > 0 else None,
+        "dataset_tokens_per_second_per_gpu": summed[0] / seconds / world if seconds > 0 else None,
         "step_times": [round(d, 6) for d in durations],
+        "dataset_tokens_by_step": summed[2:],  # every step's, warmup included, all ranks
         "step_time_rel_ci": relative_ci(durations) if len(durations) > 1 else None,
-        "peak_memory_gib": float(peak[0]) / 2**30,
+        "peak_memory_gib": peak / 2**30,
         "memory_cap_gib": cap_gib,
     }
+
+
+def _over_ranks(counts: list[int], peak: float, device: Any) -> tuple[list[int], float, int]:
+    """(``counts`` summed over the ranks, the largest ``peak``, the ranks)."""
+    import torch
+    import torch.distributed as dist
+
+    summed = torch.tensor(counts, dtype=torch.float64)
+    peaks = torch.tensor([float(peak)], dtype=torch.float64)
+    if not dist.is_initialized():
+        return [int(x) for x in summed.tolist()], float(peaks[0]), 1
+    comm = "cuda" if device.type == "cuda" else "cpu"
+    summed, peaks = summed.to(comm), peaks.to(comm)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    return [int(x) for x in summed.cpu().tolist()], float(peaks[0]), dist.get_world_size()
 
 
 def _write_facts(out: Path, record: dict[str, Any]) -> None:
