@@ -18,6 +18,7 @@ from explorer.study._record import record_driver, record_outcome
 from explorer.study_file import load_study
 from explorer.trial_config import TrialConfig
 from tests.builders import properties
+from tests.conftest import BASE_STUDY
 
 CAP = 0.5
 TRIALS = [  # (batch size, value, peak GiB, stored limit GiB or None: a trial stored before limits)
@@ -33,7 +34,11 @@ def _config(batch: int, gpus: int = 1) -> TrialConfig:
 
 
 def _study(write_study, patch: dict | None = None) -> tuple[Path, optuna.Study]:
-    path = write_study({"resources": {"device_memory_gib": CAP}, **(patch or {})})
+    # the file's space holds every batch size the trials ran (best chooses within the file's space)
+    space = {
+        "parameters": {**BASE_STUDY["search_space"]["parameters"], "batch_size": {"values": [2, 4, 8, 16]}}
+    }
+    path = write_study({"resources": {"device_memory_gib": CAP}, "search_space": space, **(patch or {})})
     study = open_study(load_study(path), create=True)
     for batch, value, peak, limit in TRIALS:
         trial = study.ask()
