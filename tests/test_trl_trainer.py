@@ -224,3 +224,39 @@ def test_the_sft_config_best_writes_loads_in_sft_config_and_trains(padding, tmp_
     )
     result = trainer.train()
     assert trainer.state.global_step == 2 and result.training_loss > 0
+
+
+def test_doctor_reports_trl_and_runs_its_padding_values(tmp_path):
+    """``explorer doctor`` on a ``trl`` study: the node's TRL version (the probe, and a line of
+    the table), and each padding value run by a smoke trial of TRL's SFTTrainer."""
+    import trl
+    import yaml
+
+    from explorer.doctor import DoctorReport, render_table
+    from tests.builders import run_cli
+
+    data = yaml.safe_load(STUDY.read_text())
+    data["workload"]["model"]["path"] = str(MODEL)
+    data["workload"]["dataset"]["path"] = str(DATA)
+    data["workload"]["model_max_length"] = LENGTH
+    data.update(storage=f"sqlite:///{tmp_path / 's.db'}", output_dir=str(tmp_path / "runs"))
+    data["search_space"] = {
+        "parameters": {
+            "batch_size": 2,
+            "number_gpus": 1,
+            "gradient_checkpointing": False,
+            "padding": {"choices": ["max_length", "longest", "packed"]},
+        }
+    }
+    study = tmp_path / "trl.yaml"
+    study.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = run_cli("doctor", str(study), "--json", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = json.loads(proc.stdout)
+    assert table["node"]["trl"] == {"version": trl.__version__, "error": None}
+    padding = {r["value"]: r["status"] for r in table["rows"] if r["knob"] == "padding"}
+    assert padding == {"max_length": "ran", "longest": "ran", "packed": "ran"}, table["rows"]
+    results = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "doctor").rglob("result.json")]
+    assert results and all(r["extra"]["trainer"]["name"] == "trl" for r in results)
+    report = DoctorReport(study="s", gpu_model="CPU-logical", node=table["node"], device="cpu")
+    assert f"TRL {trl.__version__}" in render_table(report)

@@ -99,6 +99,7 @@ def probe(modules: Sequence[str]) -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "nccl": nccl,
         "transformers": version("transformers"),
+        "trl": _package("trl"),  # workload.trainer: trl (the optional extra explorer[trl])
         "packages": {m: _package(m) for m in modules},
     }
 

@@ -79,11 +79,18 @@ def _node_lines(report: DoctorReport) -> list[str]:
     lines = [
         f"node {n.get('host')}: trains on {report.device}; GPUs: {gpus}; driver {n.get('driver') or '-'}",
         f"torch {n.get('torch')}, CUDA {n.get('cuda') or '-'}, NCCL {n.get('nccl') or '-'}, "
-        f"transformers {n.get('transformers')}, python {n.get('python')}",
+        f"transformers {n.get('transformers')}, {_trl_text(n.get('trl'))}, python {n.get('python')}",
     ]
     for module, found in n.get("packages", {}).items():
         lines.append(f"  {module}: {found['version'] or 'does not import: ' + str(found['error'])}")
     return lines
+
+
+def _trl_text(found: dict[str, Any] | None) -> str:
+    """TRL's version on the node (``workload.trainer: trl``), or why it does not import."""
+    if not found:
+        return "TRL not probed"
+    return f"TRL {found['version']}" if found.get("version") else f"TRL does not import: {found.get('error')}"
 
 
 def render_table(report: DoctorReport, *, width: int = 140) -> str:

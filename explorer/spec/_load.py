@@ -387,7 +387,12 @@ def _check_first_record(spec: StudySpec, label: str, path: Path) -> None:
     except json.JSONDecodeError as exc:
         problem = f"the first entry of {path.name} is not JSON: {exc}"
         raise SpecError(file=label, field="workload.dataset.path", problem=problem) from None
-    if not isinstance(record, dict) or not isinstance(record.get(text_field), str):
+    chat = (
+        spec.workload.trainer == "trl"
+        and isinstance(record, dict)
+        and isinstance(record.get("messages"), list)
+    )
+    if not chat and (not isinstance(record, dict) or not isinstance(record.get(text_field), str)):
         keys = ", ".join(map(str, record)) if isinstance(record, dict) else type(record).__name__
         problem = f"the first entry of {path.name} has no text field {text_field!r} (it has: {keys})"
         raise SpecError(file=label, field=field, problem=problem)
