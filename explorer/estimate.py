@@ -2,8 +2,10 @@
 alone before any trial and calibrated to the measured trials after.
 
 The prediction is the search's own prior (:mod:`explorer.search._physics`, priced with the GPU's
-figures from :mod:`explorer.gpus`); after trials, its parts are scaled to the measured throughputs,
-peaks and OOMs as the search scales them (:mod:`explorer.search._calibrate`). No CUDA, no Ray and
+figures from :mod:`explorer.gpus`); after trials, the search's joint models
+(:mod:`explorer.search._surrogate`): the physics' parts scaled to the measured throughputs, peaks
+and OOMs (:mod:`explorer.search._calibrate`), and a Gaussian process over the knobs' values on top,
+whose posterior gives the band. No CUDA, no Ray and
 no hub access: a study written for a GPU node is estimated on a laptop, given the model's
 architecture in the study file.
 """
@@ -19,8 +21,6 @@ from explorer.errors import SpecError
 from explorer.gpus import missing_figures
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from explorer.search._physics import JobPhysics
     from explorer.spec import LoadedStudy
     from explorer.trial_config import TrialConfig
@@ -32,8 +32,8 @@ PRIOR_BAND = 2.0
 assumption alone (0.5 at large steps) is off by up to 2x against published runs (MFU 0.17-0.64 in
 ``benchmarks/evidence/measurements.csv``)."""
 BAND_SDS = 2.0
-"""After trials, the band is this many standard deviations of the calibrated model's log error on
-the measured trials (at least :data:`explorer.search._calibrate.OBSERVATION_SD`) either way."""
+"""After trials, the band is this many standard deviations of the joint model's log-throughput
+(its Gaussian process's posterior) either way."""
 
 
 @dataclass(frozen=True)
@@ -106,31 +106,45 @@ def estimate(
     configs: list[TrialConfig],
     params: Any,
     measured: Sequence[Measured] = (),
+    space: Any = None,
 ) -> list[Estimate]:
-    """Every configuration's estimate, best first (those that fit before those that do not),
-    calibrated to ``measured`` where given (``params``: a configuration's searched values)."""
+    """Every configuration's estimate, best first (those that fit before those that do not):
+    the physics alone, or after trials the search's joint models (:mod:`explorer.search._surrogate`:
+    the physics calibrated to the trials, and a Gaussian process over the knobs' values on top)
+    fitted to ``measured`` (``params``: a configuration's searched values)."""
     import numpy as np
 
-    from explorer.search._calibrate import OBSERVATION_SD, fit_memory_scales, fit_time_scales
-    from explorer.search._physics import physics_parts
+    from explorer.search._surrogate import Encoding, Surrogate
 
     keys = [c.key() for c in configs]
     done = {m.config.key(): m for m in measured}
-    at = {k: i for i, k in enumerate(keys)}
     for m in measured:  # a measured configuration outside the space still calibrates
-        if m.config.key() not in at:
-            at[m.config.key()] = len(configs)
+        if m.config.key() not in set(keys):
             configs = [*configs, m.config]
-    parts = physics_parts(physics, configs)
-    rates = [
-        (at[k], float(m.tokens_per_second_per_gpu)) for k, m in done.items() if m.tokens_per_second_per_gpu
-    ]
-    peaks = [(at[k], float(m.peak_memory_gib)) for k, m in done.items() if m.peak_memory_gib]
-    ooms = [at[k] for k, m in done.items() if m.tokens_per_second_per_gpu is None]
-    log_rate = parts.log_throughput(fit_time_scales(parts, rates))
-    memory = parts.memory_gib(fit_memory_scales(parts, peaks, ooms, physics.limit_gib))
-    spread = _spread(log_rate, rates, OBSERVATION_SD) if rates else math.log(PRIOR_BAND)
+    enc = Encoding.of(space, configs, physics)
+    model = Surrogate.fit(
+        enc,
+        feasible=[
+            (m.config, m.tokens_per_second_per_gpu) for m in done.values() if m.tokens_per_second_per_gpu
+        ],
+        ooms=[m.config for m in done.values() if m.tokens_per_second_per_gpu is None],
+        peaks=[(m.config, m.peak_memory_gib) for m in done.values() if m.peak_memory_gib],
+    )
+    rows = np.arange(len(keys))
+    if model.speed is not None:
+        log_rate, sd = model.speed.predict(rows)
+        spread = BAND_SDS * np.maximum(sd, 0.0)
+    else:
+        log_rate = model.speed_prior[rows]
+        spread = np.full(len(keys), math.log(PRIOR_BAND))
     limit = physics.limit_gib
+    assert enc.parts is not None
+    gib = enc.parts.memory_gib(np.ones(enc.parts.memory.shape[1]))[rows]
+    fits: list[bool | None] = [None if limit is None else bool(g <= limit) for g in gib]
+    if model.memory is not None and limit:
+        mu, _ = model.memory.predict(rows)
+        gib = np.exp(mu) * limit
+        fits = [bool(m <= 0.0) for m in mu]
     out = []
     for i, c in enumerate(configs[: len(keys)]):
         rate = float(np.exp(log_rate[i]))
@@ -140,21 +154,13 @@ def estimate(
                 config=dict(params(c)),
                 key=keys[i],
                 dataset_tokens_per_second_per_gpu=rate,
-                band=(rate * math.exp(-spread), rate * math.exp(spread)),
-                peak_memory_gib=float(memory[i]),
-                fits=None if limit is None else bool(memory[i] <= limit),
+                band=(rate * math.exp(-spread[i]), rate * math.exp(spread[i])),
+                peak_memory_gib=float(gib[i]),
+                fits=fits[i],
                 measured=None if seen is None else float(seen.tokens_per_second_per_gpu or 0.0),
             )
         )
     return sorted(out, key=lambda e: (e.fits is False, -e.dataset_tokens_per_second_per_gpu))
-
-
-def _spread(log_rate: np.ndarray, rates: list[tuple[int, float]], floor: float) -> float:
-    """The band's half-width in log space: :data:`BAND_SDS` root-mean-square log errors of the
-    calibrated model on the measured trials (at least ``floor``)."""
-    errors = [float(log_rate[i]) - math.log(v) for i, v in rates]
-    rms = math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0
-    return BAND_SDS * max(floor, rms)
 
 
 def stored_measurements(loaded: LoadedStudy) -> list[Measured] | None:
@@ -223,7 +229,7 @@ def estimate_study(
     def params(c: TrialConfig) -> dict[str, Any]:
         return {n: v for n in searched if (v := getattr(c, n, None)) is not None}
 
-    return estimate(physics, configs, params, measured)
+    return estimate(physics, configs, params, measured, loaded.space)
 
 
 def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: int) -> list[str]:

@@ -1,0 +1,132 @@
+"""``explorer estimate``: the ranked configurations before any trial, one configuration with every
+knob set, an unknown GPU refused in one line, and the calibrated estimate after the quickstart's
+trials predicting the measured trials it did not see."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from explorer.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE = ROOT / "benchmarks" / "results" / "tables" / "cpu-quickstart.csv"
+HELD_BACK_MEDIAN_ERROR = 0.25
+"""The stated error: after the quickstart's 14 trials, the calibrated estimate is within 25% of
+the measured throughput for the median held-back configuration (measured: about 14-15%)."""
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def _study(tmp_path: Path, source: str = "studies/quickstart.yaml", **resources) -> Path:
+    raw = yaml.safe_load((ROOT / source).read_text())
+    raw["search_space"] = (
+        str((ROOT / source).parent / raw["search_space"])
+        if isinstance(raw.get("search_space"), str)
+        else raw.get("search_space")
+    )
+    raw["resources"].update(resources)
+    raw["storage"] = f"sqlite:///{tmp_path}/study.db"
+    raw["output_dir"] = str(tmp_path / "runs")
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_json_rows_before_any_trial(tmp_path, capsys):
+    code, out, _ = _run(capsys, "estimate", str(_study(tmp_path)), "--json", "--top", "500")
+    assert code == 0
+    rows = json.loads(out)
+    assert len(rows) == 98  # every valid configuration of the quickstart's space
+    for row in rows:
+        assert {"config", "peak_memory_gib", "fits", "dataset_tokens_per_second_per_gpu", "band"} <= set(row)
+        low, high = row["band"]["low"], row["band"]["high"]
+        assert low < row["dataset_tokens_per_second_per_gpu"] < high
+        assert row["measured_dataset_tokens_per_second_per_gpu"] is None
+    fits = [r["fits"] for r in rows]
+    assert fits == sorted(fits, reverse=True)  # those that fit first
+    fitting = [r["dataset_tokens_per_second_per_gpu"] for r in rows if r["fits"]]
+    assert fitting == sorted(fitting, reverse=True)
+    assert not (tmp_path / "study.db").exists()  # nothing written
+
+
+def test_every_knob_set_gives_one_configuration(capsys, tmp_path):
+    study = str(_study(tmp_path, "studies/granite-3.1-2b-full-8xh100.yaml"))
+    code, out, _ = _run(capsys, "estimate", study, "--json", "--top", "3")
+    assert code == 0
+    first = json.loads(out)[0]["config"]
+    sets = [f"--set={k}={v}" for k, v in first.items()]
+    code, out, _ = _run(capsys, "estimate", study, "--json", *sets)
+    assert code == 0
+    [row] = json.loads(out)
+    assert row["config"] == first and row["fits"] is True
+
+
+def test_a_set_value_no_configuration_takes_is_one_line(capsys, tmp_path):
+    code, _, err = _run(capsys, "estimate", str(_study(tmp_path)), "--set", "batch_size=3")
+    assert code == 2 and err.count("\n") == 1 and "batch_size=3" in err
+    code, _, err = _run(capsys, "estimate", str(_study(tmp_path)), "--set", "batch_sise=4")
+    assert code == 2 and err.count("\n") == 1 and "batch_size" in err
+
+
+@pytest.mark.parametrize("command", ["estimate", "validate"])
+def test_an_unknown_gpu_exits_2_naming_the_figures(capsys, tmp_path, command):
+    study = _study(tmp_path, "studies/granite-3.1-2b-full-8xh100.yaml", gpu_model="NVIDIA-A800-80GB")
+    extra = ["--offline"] if command == "validate" else []
+    code, out, err = _run(capsys, command, str(study), *extra)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "resources.gpu" in err and "NVIDIA-A800-80GB" in err
+    assert "bf16_tflops, memory_gib, bandwidth_tbs, link_gbs" in err and "explorer doctor" in err
+
+
+def test_declared_figures_price_an_unknown_gpu(capsys, tmp_path):
+    gpu = {"bf16_tflops": 312.0, "memory_gib": 79.3, "bandwidth_tbs": 2.0, "link_gbs": 400.0}
+    study = _study(tmp_path, "studies/granite-3.1-2b-full-8xh100.yaml", gpu_model="NVIDIA-A800-80GB", gpu=gpu)
+    code, out, _ = _run(capsys, "estimate", str(study), "--top", "1")
+    assert code == 0 and "NVIDIA-A800-80GB (312 TFLOP/s bf16, 79.3 GB" in out
+
+
+def _table() -> dict[str, dict[str, str]]:
+    return {r["identifier"]: r for r in csv.DictReader(TABLE.open())}
+
+
+def test_calibrated_estimate_predicts_held_back_trials(capsys, tmp_path):
+    """The quickstart's 14 trials answered from the recorded table through the replay launcher;
+    the estimate, calibrated to them, against the table's measurements of the configurations the
+    study did not run."""
+    study = _study(tmp_path)
+    raw = yaml.safe_load(study.read_text())
+    raw["launcher"] = {"kind": "replay", "table": str(TABLE)}
+    study.write_text(yaml.safe_dump(raw))
+    assert _run(capsys, "optimize", str(study))[0] == 0
+    code, out, _ = _run(capsys, "estimate", str(study), "--json", "--top", "500")
+    assert code == 0
+    rows, table = json.loads(out), _table()
+    seen = [r for r in rows if r["measured_dataset_tokens_per_second_per_gpu"] is not None]
+    assert 8 <= len(seen) <= 14
+    held = [(r, table[r["key"]]) for r in rows if r["measured_dataset_tokens_per_second_per_gpu"] is None]
+    errors = sorted(
+        abs(math.log(r["dataset_tokens_per_second_per_gpu"] / float(m["dataset_tokens_per_second_per_gpu"])))
+        for r, m in held
+        if m["status"] == "ok"
+    )
+    assert len(errors) >= 50
+    median = math.exp(errors[len(errors) // 2]) - 1
+    assert median < HELD_BACK_MEDIAN_ERROR, median
+    inside = sum(
+        r["band"]["low"] <= float(m["dataset_tokens_per_second_per_gpu"]) <= r["band"]["high"]
+        for r, m in held
+        if m["status"] == "ok"
+    )
+    assert inside / len(errors) >= 0.8
+    said = [(r["fits"], m["status"] == "ok") for r, m in held if m["status"] in ("ok", "oom")]
+    assert sum(a == b for a, b in said) / len(said) >= 0.85
