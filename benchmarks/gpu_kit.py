@@ -14,6 +14,9 @@ Steps, in order; each writes its files under ``--out`` (default ``benchmarks/res
   a step cut by its time limit is interrupted cleanly and continues when the kit runs again;
 * ``measure``: ``explorer measure`` of the default configuration (every real-data knob at its
   default, the best's batch and checkpointing) and of the short study's best, on short entries;
+* ``trl``: ``explorer measure`` under TRL's SFTTrainer (``studies/local-jsonl-trl.yaml``: the
+  local tokenizer and JSONL entries, nothing downloaded; on the GPU its device set to CUDA),
+  padded to max_length and packed (``trl-max_length.jsonl``, ``trl-packed.jsonl``);
 * ``summary``: ``summary.json`` and ``summary.md``: MFU and dataset tokens/s of each, against the
   targets (40% MFU; 3x the 2.7k dataset tokens/s of short entries), recomputed from the files.
 
@@ -38,8 +41,8 @@ from typing import Any
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-STEPS = ("env", "doctor", "pytest-gpu", "study-short", "study-long", "measure", "summary")
-LIMITS = {  # seconds each step may take: 21 minutes in all on the GPU, with the machine's start under 25
+STEPS = ("env", "doctor", "pytest-gpu", "study-short", "study-long", "measure", "trl", "summary")
+LIMITS = {  # seconds each step may take: 24 minutes in all on the GPU (more than one call: --budget-s)
     "cuda": {
         "env": 60,
         "doctor": 270,
@@ -47,6 +50,7 @@ LIMITS = {  # seconds each step may take: 21 minutes in all on the GPU, with the
         "study-short": 330,
         "study-long": 180,
         "measure": 180,
+        "trl": 150,
         "summary": 30,
     },
     "cpu": {
@@ -56,9 +60,12 @@ LIMITS = {  # seconds each step may take: 21 minutes in all on the GPU, with the
         "study-short": 240,
         "study-long": 150,
         "measure": 180,
+        "trl": 240,
         "summary": 30,
     },
 }
+TRL_STUDY = REPO / "studies" / "local-jsonl-trl.yaml"
+TRL_SETS = ("batch_size=16", "number_gpus=1", "model_max_length=512")
 STUDY = {
     "cuda": REPO / "studies" / "granite-3.1-2b-full-1xh100-throughput.yaml",
     "cpu": REPO / "benchmarks" / "gpu_kit_cpu.yaml",
@@ -290,6 +297,43 @@ def step_measure(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
     return "done (" + ", ".join(statuses) + ")", {}
 
 
+def trl_study(kit: Kit) -> Path:
+    """The shipped ``trl`` study, its paths absolute, with its storage and run folder here; on the
+    GPU its resources one CUDA device (the model read through NVML)."""
+    data = yaml.safe_load(TRL_STUDY.read_text())
+    base = TRL_STUDY.parent
+    data["workload"]["model"]["path"] = str((base / data["workload"]["model"]["path"]).resolve())
+    data["workload"]["dataset"]["path"] = str((base / data["workload"]["dataset"]["path"]).resolve())
+    space = yaml.safe_load((base / data["search_space"]).read_text())
+    space["parameters"]["number_gpus"] = 1  # one process: what the kit measures
+    space["parameters"].pop("distributed_backend", None)
+    data["search_space"] = space
+    data["storage"] = f"sqlite:///{kit.out / 'kit-trl.db'}"
+    data["output_dir"] = str(kit.work / "runs-trl")
+    data["measurement"] = {"warmup_steps": 2, "measured_steps": 10, "stop": "steps", "trial_timeout_s": 240}
+    if kit.device == "cuda":
+        data["resources"] = {"gpus_per_node": 1, "device": "cuda"}
+    path = kit.work / "local-jsonl-trl.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def step_trl(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
+    """One ``trl`` configuration, padded to max_length and packed, measured under SFTTrainer."""
+    study = trl_study(kit)
+    t0, statuses = time.monotonic(), []
+    for padding in ("max_length", "packed"):
+        jsonl = kit.out / f"trl-{padding}.jsonl"
+        jsonl.unlink(missing_ok=True)
+        sets = [a for s in (*TRL_SETS, f"padding={padding}") for a in ("--set", s)]
+        left = limit - (time.monotonic() - t0)
+        rc, _ = run_logged(
+            _explorer("measure", str(study), *sets, "--json", str(jsonl)), kit.out / "trl.log", max(left, 1)
+        )
+        statuses.append(f"{padding}: " + ("timed out" if rc is None else "ok" if rc == 0 else f"exit {rc}"))
+    return "done (" + ", ".join(statuses) + ")", {}
+
+
 def _measured(path: Path) -> dict[str, Any] | None:
     """MFU and dataset tokens/s of the first measured line of a ``measure --json`` file."""
     for line in path.read_text().splitlines() if path.is_file() else []:
@@ -317,6 +361,12 @@ def summarize(out: Path) -> dict[str, Any]:
         if (out / f"best-{e}.yaml").is_file()
     }
     summary: dict[str, Any] = {"default": default, "best": best, "studies": studies}
+    trl = {p: _measured(out / f"trl-{p}.jsonl") for p in ("max_length", "packed")}
+    summary["trl"] = trl
+    if trl["max_length"] and trl["packed"]:
+        summary["trl_packed_over_max_length"] = (
+            trl["packed"]["dataset_tokens_per_second"] / trl["max_length"]["dataset_tokens_per_second"]
+        )
     if default and best:
         summary["gain_over_default"] = (
             best["dataset_tokens_per_second"] / default["dataset_tokens_per_second"]
@@ -346,6 +396,13 @@ def step_summary(kit: Kit, limit: float) -> tuple[str, dict[str, Any]]:
                 else f"MFU {m['mfu']:.3f}, {m['dataset_tokens_per_second']:.0f} dataset tokens/s"
             )
         )
+    if "trl_packed_over_max_length" in summary:
+        trl = summary["trl"]
+        lines.append(
+            f"\ntrl (SFTTrainer): {trl['max_length']['dataset_tokens_per_second']:.0f} dataset tokens/s "
+            f"max_length, {trl['packed']['dataset_tokens_per_second']:.0f} packed: "
+            f"{summary['trl_packed_over_max_length']:.2f}x"
+        )
     if "gain_over_default" in summary:
         lines.append(
             f"\nbest / default on short entries: {summary['gain_over_default']:.2f}x; targets: {summary.get('targets')}"
@@ -361,6 +418,7 @@ RUNNERS = {
     "study-short": lambda kit, limit: _study_step(kit, limit, "short"),
     "study-long": lambda kit, limit: _study_step(kit, limit, "long"),
     "measure": step_measure,
+    "trl": step_trl,
     "summary": step_summary,
 }
 

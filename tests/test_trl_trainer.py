@@ -44,7 +44,7 @@ def _token_counts() -> list[int]:
 
 def _job(padding: str, *, batch: int = 4, gpus: int = 1, warmup: int = 1, steps: int = 2) -> TrialJob:
     loaded = with_measurement(
-        load_study(STUDY, check_launcher=False), warmup_steps=warmup, measured_steps=steps
+        load_study(STUDY, check_launcher=False), warmup_steps=warmup, measured_steps=steps, stop="steps"
     )
     sets = [f"padding={padding}", f"batch_size={batch}", f"number_gpus={gpus}", f"model_max_length={LENGTH}"]
     job = TrialJob.for_study(loaded, config_from_cli(loaded, sets=sets, config_file=None), trial_number=0)
@@ -124,6 +124,7 @@ def test_the_transformers_trainer_records_itself(tmp_path):
         load_study(REPO / "studies" / "local-jsonl.yaml", check_launcher=False),
         warmup_steps=1,
         measured_steps=1,
+        stop="steps",
     )
     sets = ["padding=packed", "batch_size=2", "number_gpus=1", f"model_max_length={LENGTH}"]
     job = TrialJob.for_study(loaded, config_from_cli(loaded, sets=sets, config_file=None), trial_number=0)
@@ -260,3 +261,46 @@ def test_doctor_reports_trl_and_runs_its_padding_values(tmp_path):
     assert results and all(r["extra"]["trainer"]["name"] == "trl" for r in results)
     report = DoctorReport(study="s", gpu_model="CPU-logical", node=table["node"], device="cpu")
     assert f"TRL {trl.__version__}" in render_table(report)
+
+
+@pytest.mark.slow  # a real 3-trial CPU study under TRL from a fresh clone (a few minutes on 2 busy cores)
+def test_a_trl_study_runs_from_a_fresh_clone_and_its_rates_recompute(tmp_path):
+    """``git clone`` of the committed tree, then ``explorer optimize`` on the shipped
+    ``studies/local-jsonl-trl.yaml`` (3 trials, padding searched): every measured trial records
+    TRL as its trainer, and its dataset tokens per second recompute from its raw per-step counts
+    (tokens and seconds of each measured step) within 1%; ``explorer best`` writes an
+    ``sft_config.json`` that ``trl.SFTConfig(**json)`` loads."""
+    import os
+
+    import trl
+
+    from explorer.study import open_existing_study
+
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(clone), "HF_HUB_OFFLINE": "1"}
+    study = "studies/local-jsonl-trl.yaml"
+    for args in (["optimize", study, "--n-trials", "3"], ["best", study, "--steps", "2"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "explorer", *args],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = load_study(clone / study, check_model=False)
+    trials = [
+        t
+        for t in open_existing_study(loaded).get_trials(deepcopy=False)
+        if t.user_attrs.get("status") == "ok"
+    ]
+    assert trials
+    for t in trials:
+        a = t.user_attrs
+        assert a["trainer"]["name"] == "trl" and a["trainer"]["version"] == trl.__version__
+        rate = sum(a["step_dataset_tokens"]) / sum(a["step_times"])
+        assert a["dataset_tokens_per_second"] == pytest.approx(rate, rel=0.01)
+    chosen = json.loads((loaded.output_dir / "best" / "sft_config.json").read_text())
+    assert trl.SFTConfig(**chosen, output_dir=str(tmp_path / "out")).max_length in (None, 512)
