@@ -304,3 +304,69 @@ def test_a_trl_study_runs_from_a_fresh_clone_and_its_rates_recompute(tmp_path):
         assert a["dataset_tokens_per_second"] == pytest.approx(rate, rel=0.01)
     chosen = json.loads((loaded.output_dir / "best" / "sft_config.json").read_text())
     assert trl.SFTConfig(**chosen, output_dir=str(tmp_path / "out")).max_length in (None, 512)
+
+
+RESULTS = REPO / "benchmarks" / "results" / "trl_padding.json"
+
+
+def test_the_trl_padding_benchmark_recomputes_from_its_runs():
+    """``benchmarks/results/trl_padding.json`` (``benchmarks/trl_padding.py``): each run's rate
+    recomputes from its per-step counts within 1%, the paddings of a trainer consumed the same
+    dataset tokens, the medians and ratios recompute, packing under TRL is at least 2x padding to
+    max_length, and docs/benchmarks.md quotes these figures."""
+    import statistics
+
+    result = json.loads(RESULTS.read_text())
+    rates: dict[str, list[float]] = {}
+    consumed: dict[str, set[int]] = {}
+    for run in result["runs"]:
+        assert sum(run["step_dataset_tokens"]) == run["measured_dataset_tokens"]
+        assert sum(run["step_times"]) == pytest.approx(run["measured_seconds"], rel=1e-3)
+        rate = sum(run["step_dataset_tokens"]) / sum(run["step_times"])
+        assert run["dataset_tokens_per_second"] == pytest.approx(rate, rel=0.01)
+        assert run["trainer_record"]["name"] == run["trainer"]
+        rates.setdefault(f"{run['trainer']}/{run['padding']}", []).append(rate)
+        consumed.setdefault(run["trainer"], set()).add(run["measured_dataset_tokens"])
+    assert all(len(tokens) == 1 for tokens in consumed.values()), consumed
+    medians = {key: statistics.median(values) for key, values in rates.items()}
+    assert medians == pytest.approx(result["median_dataset_tokens_per_second"])
+    ratios = {t: medians[f"{t}/packed"] / medians[f"{t}/max_length"] for t in ("transformers", "trl")}
+    assert ratios == pytest.approx(result["packed_over_max_length"])
+    assert ratios["trl"] >= 2.0
+    doc = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    for key, value in medians.items():
+        assert f"{value:,.0f}" in doc, key
+    for ratio in ratios.values():
+        assert f"{ratio:.1f}x" in doc
+
+
+def test_chat_messages_go_through_the_tokenizers_chat_template(tmp_path):
+    """A JSONL file of chat ``messages`` (no text field): TRL applies the tokenizer's chat
+    template; the batch holds exactly the templated conversations' tokens."""
+    from explorer.worker._model import build_model, build_tokenizer, load_config
+    from explorer.worker._trl import jsonl_rows, sft_arguments, sft_trainer
+
+    chats = [
+        [
+            {"role": "user", "content": f"question {i} " * (i + 1)},
+            {"role": "assistant", "content": f"answer {i}"},
+        ]
+        for i in range(4)
+    ]
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chats))
+    assert jsonl_rows(data, text_field="text") == [{"messages": c} for c in chats]
+    job = replace(_job("longest"), dataset_path=str(data))
+    tokenizer = build_tokenizer(job.workload.model, job.model_path)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    config = load_config(job.workload.model, job.model_path)
+    model = build_model(job.workload.model, job.model_path, config, lora_r=None, method=job.workload.method)
+    args = sft_arguments(job, device_type="cpu", output_dir=str(tmp_path / "out"), layer_classes=None)
+    trainer = sft_trainer(job, model=model, args=args, callbacks=[], tokenizer=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    expected = [tokenizer.apply_chat_template(c, tokenize=True, return_dict=True)["input_ids"] for c in chats]
+    rows = [
+        ids[: int(n)].tolist()
+        for ids, n in zip(batch["input_ids"], batch["attention_mask"].sum(dim=1), strict=True)
+    ]
+    assert rows == [e[:LENGTH] for e in expected]
