@@ -46,6 +46,7 @@ def test_a_read_only_folder_is_one_line(replayed: Path, tmp_path: Path, verb: st
     assert str(disk) in lines[0]
 
 
+@pytest.mark.slow  # the same path as the read-only folder's, on a second real filesystem
 @pytest.mark.parametrize("verb", ["export", "report", "best", "plan"])
 def test_a_full_disk_is_one_line(replayed: Path, tmp_path: Path, verb: str) -> None:
     with small_disk(tmp_path / "full", size_kib=64) as disk:

@@ -39,6 +39,7 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
+@pytest.mark.slow  # starts a real zygote (it imports torch and transformers first)
 def test_a_zygote_that_ends_leaves_no_file(tmpdir_: Path) -> None:
     owner = _owner()
     try:
@@ -52,6 +53,7 @@ def test_a_zygote_that_ends_leaves_no_file(tmpdir_: Path) -> None:
     assert _files(sock.parent) == []
 
 
+@pytest.mark.slow  # starts two real zygotes
 def test_the_next_start_sweeps_what_a_killed_zygote_left(tmpdir_: Path) -> None:
     first, second = _owner(), _owner()
     try:
