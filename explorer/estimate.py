@@ -241,7 +241,7 @@ def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: i
     hardware = (
         f"{r.model} ({gpu.peak_flops / 1e12:g} TFLOP/s bf16, {gpu.memory_gb:g} GB, {gpu.link} {gpu.link_gbs:g} GB/s)"
         if gpu is not None
-        else f"{r.model} (CPU processes: ranked, not priced)"
+        else f"{r.model} (CPU processes{'' if measured else ': ranked, not priced'})"
     )
     basis = (
         f"calibrated to {measured} measured trial(s)"

@@ -162,8 +162,8 @@ def missing_figures(name: str | None, declared: Any = None) -> str | None:
     need = ", ".join(k for k in FIGURES if k not in given)
     return (
         f"{name} is not a GPU the table knows (explorer/gpus.py), so it is not priced: declare "
-        f"resources.gpu: {{{need}}} from its data sheet, or run `explorer doctor` on the node "
-        "to measure it"
+        f"resources.gpu: {{{need}}} from its data sheet (memory_gib: the total that "
+        "torch.cuda.get_device_properties reports on the node)"
     )
 
 

@@ -108,7 +108,7 @@ def test_blackwell_is_priced_at_its_own_peak_and_link():
 def test_an_unknown_card_names_the_missing_figures():
     line = missing_figures("NVIDIA-A800-80GB", {"bf16_tflops": 312})
     assert line is not None and "memory_gib, bandwidth_tbs, link_gbs" in line and "bf16_tflops" not in line
-    assert "explorer doctor" in line
+    assert "data sheet" in line
     assert gpu_figures("NVIDIA-A800-80GB", {"bf16_tflops": 312}) is None
 
 

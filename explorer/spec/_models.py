@@ -437,8 +437,8 @@ class ResourcesSpec(_Spec):
     ``accelerator_type:<type>`` resource). ``None``: one model, :attr:`gpu_model`."""
     gpu: GpuFiguresSpec | None = None
     """The GPU's figures, for a model the table of GPUs (:mod:`explorer.gpus`) does not know:
-    a CUDA study on such a GPU is refused until it declares them (``explorer doctor`` on the node
-    measures them); for a known model, figures that replace the table's."""
+    a CUDA study on such a GPU is refused until it declares them; for a known model, figures that
+    replace the table's."""
     device: Literal["auto", "cuda", "cpu"] = "auto"
     """``auto`` uses CUDA when the worker sees a GPU, else the CPU with gloo."""
     device_memory_gib: PositiveFloat | None = None
