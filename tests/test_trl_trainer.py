@@ -227,6 +227,22 @@ def test_the_sft_config_best_writes_loads_in_sft_config_and_trains(padding, tmp_
     assert trainer.state.global_step == 2 and result.training_loss > 0
 
 
+def test_the_doctor_probe_and_table_name_trls_version():
+    """The node probe (as the doctor runs it) holds TRL's version; the table's node line says it."""
+    import trl
+
+    from explorer.doctor import DoctorReport, probe, render_table
+
+    node = probe([])
+    assert node["trl"] == {"version": trl.__version__, "error": None}
+    text = render_table(DoctorReport(study="s", gpu_model="CPU-logical", node=node, device="cpu"))
+    assert f"TRL {trl.__version__}" in text
+    missing = {**node, "trl": {"version": None, "error": "ModuleNotFoundError: No module named 'trl'"}}
+    text = render_table(DoctorReport(study="s", gpu_model="CPU-logical", node=missing, device="cpu"))
+    assert "TRL does not import: ModuleNotFoundError" in text
+
+
+@pytest.mark.slow  # three smoke trials under TRL (about a minute on 2 busy cores)
 def test_doctor_reports_trl_and_runs_its_padding_values(tmp_path):
     """``explorer doctor`` on a ``trl`` study: the node's TRL version (the probe, and a line of
     the table), and each padding value run by a smoke trial of TRL's SFTTrainer."""
