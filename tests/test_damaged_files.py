@@ -3,20 +3,16 @@ or run-folder marker is named with what to do, never a traceback, and never bloc
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from explorer.cli import main
 from explorer.study import audit, open_study, optimize, status_of
-from explorer.study._journal import DAMAGED_SUFFIX, JOURNAL_FILE, trial_dir, write_ahead
-from explorer.study._record import record_driver
+from explorer.study._journal import DAMAGED_SUFFIX, JOURNAL_FILE, trial_dir
 from explorer.study._run_folder import MARKER
 from explorer.study_file import load_study
-from explorer.trial_config import TrialConfig
-from tests.test_faults import _study
+from tests.test_faults import _study, written_ahead_by_a_dead_driver
 
 DAMAGE = {
     "truncated": b'{"study": "test", "trial": 0, "measurement": {"outcome": "o',
@@ -25,33 +21,6 @@ DAMAGE = {
     "no measurement": b'{"study": "test", "trial": 0, "trial_id": 1, "start": "x"}',
     "bad outcome": b'{"study": "test", "trial": 0, "trial_id": 1, "start": "x", "measurement": {"outcome": "?"}}',
 }
-
-
-def _running_trial_of_a_dead_driver(path: Path) -> Path:
-    """Trial 0 RUNNING under a driver that died, its measurement written ahead on disk."""
-    loaded = load_study(path)
-    study = open_study(loaded, create=True)
-    config = TrialConfig(
-        batch_size=8,
-        number_gpus=1,
-        distributed_backend="NONE",
-        gradient_checkpointing=False,
-        model_max_length=64,
-    )
-    study.enqueue_trial(loaded.space.params_for(config))
-    trial = study.ask()
-    record_driver(trial, loaded.space.suggest(trial), 0)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    me = study._storage.get_trial(trial._trial_id).user_attrs["driver"]
-    trial.set_user_attr("driver", {**me, "pid": dead.pid})  # the driver is gone
-    assert loaded.replay_table is not None
-    frozen = study._storage.get_trial(trial._trial_id)
-    written = write_ahead(
-        loaded.output_dir, loaded.spec.name, frozen, loaded.replay_table.measurement(config)
-    )
-    assert written is not None
-    return written
 
 
 def _audit(path: Path):
@@ -66,7 +35,7 @@ def _audit(path: Path):
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_measurement_of_a_running_trial_never_blocks_the_study(write_study, tmp_path, damage):
     path = _study(write_study, tmp_path, n_trials=2, faults={"rate": 0.0})
-    journal = _running_trial_of_a_dead_driver(path)
+    journal = written_ahead_by_a_dead_driver(path)
     journal.write_bytes(DAMAGE[damage])
     result = optimize(load_study(path), printer=lambda _: None)  # no JSONDecodeError, no UnicodeDecodeError
     assert result.counted == 2

@@ -5,7 +5,6 @@ record itself, which the search reads, is unchanged. Read through the dashboard'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import optuna
@@ -13,6 +12,7 @@ import pytest
 
 from explorer.measurement import Measurement, Outcome
 from tests.builders import properties
+from tests.test_dashboard import _wsgi_get as _get
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = [  # log2 batch, GPUs, outcome, tok/s/GPU
@@ -23,17 +23,6 @@ RUN = [  # log2 batch, GPUs, outcome, tok/s/GPU
     (5, 2, Outcome.OK, 2900.0),
     (2, 1, Outcome.OK, 900.0),
 ]
-
-
-def _get(app, path: str, query: str = "") -> dict:
-    from wsgiref.util import setup_testing_defaults
-
-    environ: dict = {"PATH_INFO": path, "QUERY_STRING": query}
-    setup_testing_defaults(environ)
-    status: list[str] = []
-    body = b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s)))
-    assert status == ["200 OK"], (path, status, body[:500])
-    return json.loads(body)
 
 
 @pytest.fixture

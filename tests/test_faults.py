@@ -160,10 +160,9 @@ def test_a_fault_on_every_attempt_fails_the_trial_for_good(write_study, tmp_path
     assert found.states == {"failed": 4} and found.bookkeeping["retry"] == 4
 
 
-def test_a_measurement_written_ahead_is_recovered_not_rerun(write_study, tmp_path):
-    """A driver that died after its trial finished (the measurement on disk, the trial RUNNING):
-    the resume records the trial from disk and does not run the configuration again."""
-    path = _study(write_study, tmp_path, n_trials=1, faults={"rate": 0.0})
+def written_ahead_by_a_dead_driver(path: Path) -> Path:
+    """Trial 0 of the study at ``path`` RUNNING under a driver that died after its trial finished:
+    its measurement (the table's answer) written ahead on disk; returns that file."""
     loaded = load_study(path)
     study = open_study(loaded, create=True)
     config = TrialConfig(
@@ -183,7 +182,17 @@ def test_a_measurement_written_ahead_is_recovered_not_rerun(write_study, tmp_pat
     frozen_trial = study._storage.get_trial(trial._trial_id)
     assert loaded.replay_table is not None
     table_answer = loaded.replay_table.measurement(config)
-    write_ahead(loaded.output_dir, loaded.spec.name, frozen_trial, table_answer)
+    written = write_ahead(loaded.output_dir, loaded.spec.name, frozen_trial, table_answer)
+    assert written is not None
+    return written
+
+
+def test_a_measurement_written_ahead_is_recovered_not_rerun(write_study, tmp_path):
+    """A driver that died after its trial finished (the measurement on disk, the trial RUNNING):
+    the resume records the trial from disk and does not run the configuration again."""
+    path = _study(write_study, tmp_path, n_trials=1, faults={"rate": 0.0})
+    written_ahead_by_a_dead_driver(path)
+    loaded = load_study(path)
     lines: list[str] = []
     result = optimize(load_study(path), printer=lines.append)
     assert any("recorded trial(s) [0] from their measurement on disk" in line for line in lines), lines
