@@ -4,6 +4,7 @@ Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from explorer.record import Key, Status, TrialRecord, write, write_status
 from explorer.search._strategy import Strategy
 from explorer.spec import LoadedStudy
 from explorer.study._known import Known
-from explorer.study._peers import WAITS_FOR, running_elsewhere, settled
+from explorer.study._peers import WAITS_FOR, claim, running_elsewhere, settled
 from explorer.study._proposals import propose
 from explorer.study._record import (
     answered_without_running,
@@ -94,10 +95,12 @@ def settle_remote(
     rerun: Callable[[InFlight], None],
     known: Known,
     printer: Printer,
+    turn: Callable[[], contextlib.AbstractContextManager[None]],
 ) -> None:
     """Answer the trials waiting for another driver's trial that has ended: reused from its
     measurement (ok, oom), failed like it (failed for good), or else (retried, interrupted, its
-    driver died) handed to ``rerun`` (the loop: answered from a twin here, or run)."""
+    driver died) claimed in the driver's ``turn`` (:func:`~explorer.study._peers.claim`) and
+    handed to ``rerun`` (the loop: answered from a twin here, or run)."""
     for entry in list(remote):
         flight, source = entry
         now = settled(study, source)
@@ -114,13 +117,11 @@ def settle_remote(
             printer(f"        trial {flight.trial.number} {status}: reused trial {(origin or now).number}")
         elif now.state.is_finished() and status == "failed":
             fail_as(study, flight, now.number)
-        elif (other := running_elsewhere(study, known, flight.config.key())) is not None:
+        elif (other := claim(study, known, flight.trial, flight.config.key(), turn)) is not None:
             # its retry (or another twin) runs in another driver now, started while this one
             # still waited: wait for that one instead of measuring the configuration twice
-            write(flight.trial, {WAITS_FOR: other.number})
             remote.append((flight, other))
         else:
-            write(flight.trial, {WAITS_FOR: None})
             rerun(flight)
 
 

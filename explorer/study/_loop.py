@@ -32,7 +32,7 @@ from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
-from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, occupancy, stale_trials
+from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, claim, occupancy, stale_trials
 from explorer.study._record import (
     frozen,
     record_from_store,
@@ -188,7 +188,7 @@ class Loop:
     def _look_around(self) -> None:
         """Answers of other drivers, the progress footer, and trials another driver asked, then died."""
         if self.remote:
-            settle_remote(self.study, self.remote, self._rerun, self.known, self.printer)
+            settle_remote(self.study, self.remote, self._rerun, self.known, self.printer, self.drivers.turn)
         if self.progress is not None:
             self.progress.update(
                 done=self.done,
@@ -218,6 +218,8 @@ class Loop:
                 stale=stale_trials(self.study),
                 live=True,
             )
+        if found.recovered or found.requeued:  # the next ask counts them and learns their measurements
+            self.was_shared = True
         if found.recovered:
             self.printer(f"        recorded trial(s) {found.recovered} of a dead explorer process from disk")
         if found.requeued:
@@ -476,22 +478,30 @@ class Loop:
                 record_reuse(self.study, twin.trial, source)
                 self.printer(f"        trial {twin.trial.number} {status}: reused trial {number}")
         elif same and retry:  # the first proposal of it again runs as the retry
-            same[0].attempt = flight.attempt + 1
-            write(
-                same[0].trial,
-                {
-                    Key.ATTEMPT: same[0].attempt,
-                    Key.REQUEUED_FROM: number,
-                    Key.REQUEUED_WHY: "failed",
-                    WAITS_FOR: None,
-                },
-            )
-            self.pending.append(same[0])
-            if same[1:]:
-                self.twins[flight.config.key()] = same[1:]
+            self._retry_as_twin(flight, number, same)
         else:  # failed for good: so would they (answered so, without counting)
             for twin in same:
                 fail_as(self.study, twin, number)
+
+    def _retry_as_twin(self, flight: InFlight, number: int, same: list[InFlight]) -> None:
+        """``flight`` failed and is retried: the first proposal that waited for it runs as the
+        retry, the others wait for that one; claimed in this driver's turn, so that a trial of
+        another driver that took the configuration over meanwhile (it waited for ``flight`` too)
+        is waited for instead, by all of them."""
+        first = same[0]
+        first.attempt = flight.attempt + 1
+        write(
+            first.trial, {Key.ATTEMPT: first.attempt, Key.REQUEUED_FROM: number, Key.REQUEUED_WHY: "failed"}
+        )
+        other = claim(self.study, self.known, first.trial, flight.config.key(), self.drivers.turn)
+        if other is not None:
+            for twin in same:
+                write(twin.trial, {WAITS_FOR: other.number})
+                self.remote.append((twin, other))
+            return
+        self.pending.append(first)
+        if same[1:]:
+            self.twins[flight.config.key()] = same[1:]
 
     def _open_trials(self) -> list[InFlight]:
         """Every trial this driver asked and has not told: in flight, waiting, waiting for another's

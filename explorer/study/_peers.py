@@ -17,6 +17,11 @@ twice.
   trial records ``waits_for`` (that trial's number) and is answered from it when it ends (see
   :func:`settled`). Trials with ``waits_for`` do not count towards the room left, as they will be
   free answers.
+* A trial that stops waiting (its answer never came: that trial failed and is retried, or its
+  driver died) takes the configuration over in the driver's turn too (:func:`claim`): checked
+  against the other drivers' RUNNING trials and recorded as measuring it (``waits_for`` cleared)
+  in one turn, so that a driver asking the same configuration (the failed trial's retry) sees it,
+  or is seen by it.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ import fcntl
 import os
 import socket
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from explorer.record import Key, Status, TrialRecord
+from explorer.record import Key, Status, TrialRecord, write
 from explorer.study._known import Known
 from explorer.study._record import config_of
 from explorer.study._recover import driver_alive
@@ -44,6 +49,7 @@ __all__ = [
     "STALE_AFTER_S",
     "WAITS_FOR",
     "beat",
+    "claim",
     "Drivers",
     "Room",
     "is_mine",
@@ -238,6 +244,27 @@ def running_elsewhere(study: optuna.Study, known: Known, config_key: str) -> opt
         ):
             return t
     return None
+
+
+def claim(
+    study: optuna.Study,
+    known: Known,
+    trial: optuna.Trial,
+    config_key: str,
+    turn: Callable[[], contextlib.AbstractContextManager[None]],
+) -> optuna.trial.FrozenTrial | None:
+    """Take ``config_key`` over for ``trial``, which waited for another trial of it, in the
+    driver's ``turn``: the RUNNING trial of another live driver that measures it now, which
+    ``trial`` then waits for (``waits_for``); else ``None``, and ``trial`` is recorded as measuring
+    it (``waits_for`` cleared) before the turn ends.
+
+    A check outside the turn races with another driver's ask of the same configuration (the
+    failed trial's retry, enqueued meanwhile): each sees the other still waiting, or not yet
+    tagged with its configuration, and both measure it."""
+    with turn():
+        other = running_elsewhere(study, known, config_key)
+        write(trial, {WAITS_FOR: None if other is None else other.number})
+    return other
 
 
 def settled(study: optuna.Study, source: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
