@@ -121,3 +121,19 @@ def test_declared_figures_price_an_unknown_card_and_override_a_known_one():
     assert capped is not None and capped.peak_flops == 700e12 and capped.memory_gb == 80.0
     assert capped.sources["bf16_tflops"].startswith("declared")
     assert missing_figures("CPU-logical") is None
+
+
+def test_the_simulated_cards_of_the_knob_tables_agree_with_the_table():
+    """``benchmarks/knob_tables.py`` simulates the cards its recorded tables were drawn on: their
+    data-sheet figures are the table's (its memory within 0.2 GiB of what CUDA reports)."""
+    from benchmarks.knob_tables import GPUS as SIMULATED
+
+    for name, card in SIMULATED.items():
+        gpu = lookup(name)
+        assert gpu is not None, name
+        assert card.peak == pytest.approx(gpu.peak_flops), name
+        assert card.hbm == pytest.approx(gpu.bandwidth_tbs * 1e12), name
+        if gpu.cuda_gib is not None:
+            assert card.capacity_gib == pytest.approx(gpu.cuda_gib, abs=0.2), name
+        else:
+            assert card.capacity_gib <= gpu.memory_gb, name
