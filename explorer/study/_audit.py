@@ -17,6 +17,10 @@ earlier trial (``reused_from``) or inferred (``inferred_from``) names its source
 write-ahead files on disk (:mod:`explorer.study._journal`): no trial RUNNING or left waiting, no
 measurement on disk missing from the storage, no configuration measured twice, ``n_trials``
 honoured (never exceeded; reached unless the study recorded why it stopped short), and every injected fault ended the way :func:`explorer.fault.expected_status` says.
+
+The confirmation of the best (:mod:`explorer.study._confirm`) is no trial: its re-measurements are
+launcher jobs, each tied to the feasible trial it re-measures among its candidates, and their
+GPU-seconds add up to its recorded total; they never count towards ``n_trials``.
 """
 
 from __future__ import annotations
