@@ -37,6 +37,7 @@ __all__ = [
     "DurationSpec",
     "FaultKind",
     "FaultSpec",
+    "GpuFiguresSpec",
     "LAUNCHER_CONFIGS",
     "LauncherSpec",
     "RayLauncherSpec",
