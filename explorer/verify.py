@@ -299,8 +299,9 @@ def _noise_causes(study: Study, m: dict[str, Any], ratio: float, load: str | Non
     if study.rel_ci is None:
         steps = f"{study.measured_steps} step" if study.measured_steps is not None else "too few steps"
         return [
-            f"the trial's own noise is unknown: it measured {steps}{busy} (the study's measurement "
-            "window too short for this machine?); a trial measured over more steps gives an interval"
+            f"the trial's own noise is unknown: it measured {steps} (the study's measurement window "
+            f"too short for this machine?{'; ' + load if load else ''}); a trial measured over more "
+            "steps gives an interval"
         ]
     if wide:
         return [f"a busy machine: {'; '.join(wide)}{busy}; run verify again when it is quiet"]
