@@ -146,6 +146,7 @@ def driver_b():
         b.close()
 
 
+@pytest.mark.slow  # a second driver process and its storage: 45 to 130 s on two busy cores
 def test_a_waiting_trial_and_the_retry_of_its_source_never_both_measure(
     write_study, tmp_path, storage_url, driver_b
 ):
@@ -197,6 +198,7 @@ def test_a_waiting_trial_and_the_retry_of_its_source_never_both_measure(
     assert trials[1].user_attrs.get("waits_for") is None and trials[3].user_attrs.get("waits_for") == 1
 
 
+@pytest.mark.slow  # a second driver process and its storage: 45 to 130 s on two busy cores
 def test_the_retry_handed_to_a_twin_waits_for_the_driver_that_took_the_configuration_over(
     write_study, tmp_path, storage_url, driver_b
 ):
