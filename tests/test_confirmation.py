@@ -17,7 +17,7 @@ import yaml
 
 from explorer.cli import main
 from explorer.record import StudyRecord
-from explorer.study import audit, config_of, counted_trials, named_best, open_study, optimize
+from explorer.study import audit, config_of, counted_trials, named_best, open_study, optimize, verdict_lines
 from explorer.study._confirm import CONFIRM_JOB_BASE, candidates, ranking
 from explorer.study_file import load_study
 
@@ -95,6 +95,15 @@ def test_a_noisy_study_is_confirmed_without_counting_or_changing_the_search(tmp_
     else:
         assert f"confirmed: trial {chosen} is the best" in out
     assert main(["audit", str(path)]) == 0
+    # report and plan say the same verdict
+    capsys.readouterr()
+    assert main(["report", str(path), "--out", str(tmp_path / "report")]) == 0
+    said = verdict_lines(study, str(path))
+    reported = capsys.readouterr().out
+    assert all(line in reported for line in said), reported
+    assert main(["plan", str(path), "--tokens", "1e9", "--out", str(tmp_path / "plan")]) == 0
+    planned = capsys.readouterr().out
+    assert all(f"quickstart: {line}" in planned for line in said), planned[-2000:]
 
 
 def test_an_unconfirmed_lead_inside_the_interval_is_not_named_best(tmp_path: Path, capsys) -> None:
