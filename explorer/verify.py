@@ -98,8 +98,8 @@ def file_differences(reference: Path, files: Path) -> list[str]:
     ``training_arguments.json: per_device_train_batch_size 8 (the trial's: 4)``."""
     out: list[str] = []
     for name in COMPARED:
-        mine = _flat(_read_json(files / name, field=name))
-        theirs = _flat(_read_json(reference / name, field=name))
+        mine = _flat(_read_json(files / name))
+        theirs = _flat(_read_json(reference / name))
         for key in sorted(set(mine) | set(theirs)):
             if mine.get(key, "-") != theirs.get(key, "-"):
                 out.append(
@@ -112,7 +112,7 @@ def _shown(value: Any) -> str:
     return json.dumps(value) if not isinstance(value, str) else value
 
 
-def _read_json(path: Path, *, field: str) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -167,7 +167,7 @@ def launch_command(files: Path, which: str, *, extra: list[str]) -> str:
     """The user command ``files/run_settings.json`` holds for ``which`` (``torchrun``,
     ``accelerate``, ``sft``), pointed at ``files`` (the folder may have moved since it was
     written), with ``extra`` arguments for the script."""
-    commands = _read_json(files / "run_settings.json", field="commands").get("commands")
+    commands = _read_json(files / "run_settings.json").get("commands")
     if not isinstance(commands, dict) or not isinstance(commands.get(which), str):
         raise SpecError(file=str(files / "run_settings.json"), field=f"commands.{which}", problem="missing")
     words = shlex.split(commands[which])
@@ -352,7 +352,7 @@ def pick_trial(
 
 def _files_trial(files: Path) -> int | None:
     """The trial ``files/job.json`` was written for (``None``: none named)."""
-    number = _read_json(files / "job.json", field="job").get("trial_number")
+    number = _read_json(files / "job.json").get("trial_number")
     return int(number) if isinstance(number, int) and number >= 0 else None
 
 
@@ -388,52 +388,32 @@ def verify(
     echo: Callable[[str], None] = print,
 ) -> int:
     """Write (or take) the trial's files, launch them, print the comparison; the exit status."""
-    from explorer.best import device_type_of, write_config
-    from explorer.job import TrialJob
     from explorer.study import config_of, describe
 
-    if files is not None:
-        _read_json(files / "run_settings.json", field="run_settings")  # one line where it is missing
+    if files is not None:  # one line, nothing written, where a file is missing or no JSON object
+        for name in COMPARED:
+            _read_json(files / name)
         trial = trial if trial is not None else _files_trial(files)
     chosen = pick_trial(loaded, study, trial, file=file)
-    config = config_of(chosen)
-    if int(config.number_nodes or 1) > 1:
+    if int(config_of(chosen).number_nodes or 1) > 1:
         raise SpecError(
             file=file,
             field="",
-            problem=f"trial {chosen.number} ran on {config.number_nodes} nodes; verify launches on this one",
+            problem=f"trial {chosen.number} ran on {config_of(chosen).number_nodes} nodes; "
+            "verify launches on this one",
         )
     folder = loaded.output_dir / "verify" / f"trial-{chosen.number}"
-    reference = folder / "files"
-    job = TrialJob.for_study(loaded, config, trial_number=chosen.number)
-    write_config(
-        loaded,
-        config,
-        reference,
-        steps=steps,
-        trial_number=chosen.number,
-        device_type=device_type_of(loaded, chosen),
-        title=f"Trial {chosen.number} of study {loaded.spec.name!r}, as `explorer verify` launches it.",
-    )
+    job, reference, entries = _write_trial(loaded, chosen, folder, steps=steps)
     target = files if files is not None else reference
     differences = file_differences(reference, target) if files is not None else []
-    entries = write_study_data(job, folder / "data.jsonl")
     cap = loaded.spec.resources.device_memory_gib
-    extra = [
-        "--steps",
-        str(job.measurement.warmup_steps + steps),
-        "--out",
-        str(folder / "run"),
-        "--data",
-        str(folder / "data.jsonl"),
-    ]
-    extra += ["--memory-cap-gib", str(cap)] if cap else []
+    extra = ["--steps", str(job.measurement.warmup_steps + steps), "--out", str(folder / "run")]
+    extra += ["--data", str(folder / "data.jsonl"), *(["--memory-cap-gib", str(cap)] if cap else [])]
     command = launch_command(target, which, extra=extra)
     env = _environment(job)
-    echo(f"trial {chosen.number}: {describe(config)}")
-    echo(
-        f"files: {target}{' (written for the trial)' if files is None else ''}; data: {entries} entries of the study's"
-    )
+    echo(f"trial {chosen.number}: {describe(job.config)}")
+    written = " (written for the trial)" if files is None else ""
+    echo(f"files: {target}{written}; data: {entries} entries of the study's")
     echo(f"memory: {_cap_text(cap, job)}; threads per process: {env.get('OMP_NUM_THREADS', 'as this shell')}")
     echo(f"launch: {command}")
     done = run_launch(command, env=env, out=folder / "run", timeout_s=timeout_s)
@@ -444,6 +424,29 @@ def verify(
     if not verdict.ok and done.returncode != 0:
         echo(f"  the launch's output: {folder / 'run' / 'launch.log'}")
     return 0 if verdict.ok else 1
+
+
+def _write_trial(
+    loaded: LoadedStudy, trial: optuna.trial.FrozenTrial, folder: Path, *, steps: int
+) -> tuple[TrialJob, Path, int]:
+    """(the trial's job, its files written with ``explorer best``'s writer into ``folder/files``,
+    the entries of the study's data written into ``folder/data.jsonl``)."""
+    from explorer.best import device_type_of, write_config
+    from explorer.job import TrialJob
+    from explorer.study import config_of
+
+    config = config_of(trial)
+    write_config(
+        loaded,
+        config,
+        folder / "files",
+        steps=steps,
+        trial_number=trial.number,
+        device_type=device_type_of(loaded, trial),
+        title=f"Trial {trial.number} of study {loaded.spec.name!r}, as `explorer verify` launches it.",
+    )
+    job = TrialJob.for_study(loaded, config, trial_number=trial.number)
+    return job, folder / "files", write_study_data(job, folder / "data.jsonl")
 
 
 def _cap_text(cap: float | None, job: TrialJob) -> str:
