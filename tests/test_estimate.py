@@ -131,3 +131,28 @@ def test_calibrated_estimate_predicts_held_back_trials(capsys, tmp_path):
     assert inside / len(errors) >= 0.8
     said = [(r["fits"], m["status"] == "ok") for r, m in held if m["status"] in ("ok", "oom")]
     assert sum(a == b for a, b in said) / len(said) >= 0.85
+
+
+def test_two_nodes_are_priced_at_the_network_not_nvlink():
+    """The same FSDP configuration of 16 GPUs: across 2 nodes its collectives take longer than
+    at NVLink speed within one."""
+    from explorer.search._physics import JobPhysics
+    from explorer.study_file import load_study
+
+    loaded = load_study(
+        ROOT / "studies" / "granite-3.1-2b-full-2x8xh100.yaml",
+        check_model=False,
+        check_launcher=False,
+        check_hub=False,
+    )
+    physics = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources)
+    two = next(
+        c
+        for c in loaded.space.enumerate()
+        if c.number_nodes == 2
+        and c.distributed_backend == "FSDP"
+        and c.fsdp_sharding_strategy == "FULL_SHARD"
+    )
+    one = two.replace(number_nodes=1)
+    assert physics.time_parts(two)[2] > 5 * physics.time_parts(one)[2]
+    assert physics.log_throughput(two) < physics.log_throughput(one)

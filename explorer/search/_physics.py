@@ -34,7 +34,8 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
   (``MAX_MFU x t / (t + HALF_TOKENS)``) and at the data sheet's peak;
 * communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
   and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
-  the GPU's link (:mod:`explorer.gpus`), of which ``OVERLAP`` of the compute time hides;
+  the GPU's link (:mod:`explorer.gpus`), across nodes at the network's speed, of which
+  ``OVERLAP`` of the compute time hides;
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
 * the optimizer step: reading and writing the states at the memory's bandwidth.
 
@@ -80,6 +81,11 @@ NVLINK_BYTES_S = 150e9
 """Bus bandwidth of an all-reduce over NVLink (A100/H100 SXM: nccl-tests report 150-230 GB/s)."""
 PCIE_BYTES_S = 12e9
 """Bus bandwidth of an all-reduce over PCIe 4.0 x16 without NVLink (nccl-tests: 10-20 GB/s)."""
+INTER_NODE_BYTES_S = 25e9
+"""Bus bandwidth of an all-reduce that crosses nodes, per GPU (one 200-400 Gb/s InfiniBand or
+RoCE NIC a GPU: 25-50 GB/s line rate; an assumption at the low end, below any NVLink's): a
+configuration on more than one node moves its collectives at the slower of this and the node's
+link."""
 HOST_LINK_BYTES_S = 20e9
 """Host-device copy bandwidth (PCIe 4.0/5.0 x16 pinned: 20-50 GB/s)."""
 CPU_ADAM_PARAMS_S = 1e9
@@ -263,11 +269,12 @@ class JobPhysics:
         compute = flops * computed / (self.peak * speed)
         width = 2.0  # collectives move bf16 weights and gradients
         comm = offload = 0.0
+        link = self.link if int(c.number_nodes) <= 1 else min(self.link, INTER_NODE_BYTES_S)
         if n > 1 and c.distributed_backend == "DDP":
-            comm = 2 * width * self.trainable * (n - 1) / n / self.link
+            comm = 2 * width * self.trainable * (n - 1) / n / link
         elif n > 1 and c.distributed_backend == "FSDP":
             rounds = 2 if c.fsdp_sharding_strategy == "SHARD_GRAD_OP" else 3
-            comm = rounds * width * a.total * (n - 1) / n / self.link
+            comm = rounds * width * a.total * (n - 1) / n / link
         if c.distributed_backend == "FSDP" and c.fsdp_cpu_offload:
             offload = 2 * width * a.total / n / HOST_LINK_BYTES_S + self.trainable / n / CPU_ADAM_PARAMS_S
             optimizer = 0.0
