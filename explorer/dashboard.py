@@ -62,7 +62,8 @@ def _view_class() -> type:
         importances from their values, and prints parameters as stored. So the dashboard is given
         this view: an infeasible trial of the study reads PRUNED with no value, and each encoded
         parameter reads in user units (``log2_batch_size`` 6 as ``batch_size`` 64, ``<knob>_index``
-        as the listed value). Every other call goes to the storage as it is."""
+        as the listed value), and a value to six significant figures (1792.49, not
+        1792.4949785748365). Every other call goes to the storage as it is."""
 
         def __init__(
             self, storage: BaseStorage, study_id: int, encoded: dict[str, tuple[str, tuple[int, ...]]]
@@ -86,7 +87,7 @@ def _view_class() -> type:
             return copy_trial(
                 t,
                 state=TrialState.PRUNED if infeasible else t.state,
-                values=None if infeasible else t.values,
+                values=None if infeasible or t.values is None else [float(f"{v:.6g}") for v in t.values],
                 params={n: v for n, v, _ in shown},
                 distributions={n: d for n, _, d in shown},
             )
