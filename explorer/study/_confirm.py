@@ -156,8 +156,11 @@ def _score(value: float, sign: float) -> float:
 
 
 def _measure_round(run: _Run, study: optuna.Study, measure: Measure, job: int) -> int:
-    """Measure every active arm once, in order; returns the next job number."""
+    """Measure every active arm once, in order, as far as the budget goes (a round may end short);
+    returns the next job number."""
     for arm in [a for a in run.arms if a.active]:
+        if run.spent + arm.cost > run.budget:
+            break
         m = measure(arm.config, job)
         gpu_s = m.wall_seconds * arm.config.number_gpus
         value = None
@@ -312,9 +315,10 @@ def confirm(
 
 
 def _affordable(run: _Run) -> bool:
-    """Whether another round is wanted (two or more arms left) and fits the budget."""
+    """Whether another round is wanted (two or more arms left) and its first two measurements fit
+    the budget."""
     active = [a for a in run.arms if a.active]
-    return len(active) > 1 and run.spent + sum(a.cost for a in active) <= run.budget
+    return len(active) > 1 and run.spent + active[0].cost + active[1].cost <= run.budget
 
 
 def _cost(trial: optuna.trial.FrozenTrial) -> float:
