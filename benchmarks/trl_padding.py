@@ -8,7 +8,8 @@ per-step counts (``step_dataset_tokens``, ``step_times``) beside its measured ra
 ``tests/test_trl_trainer.py`` recomputes every rate, the medians and the ratios from them. Keep the
 machine otherwise idle.
 
-    .venv/bin/python benchmarks/trl_padding.py [--repeats 3] [--set batch_size=8] [--out JSON]
+    .venv/bin/python benchmarks/trl_padding.py [--repeats 3] [--steps 4] [--modes max_length packed]
+        [--set batch_size=8] [--out JSON]
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument(
+        "--modes", nargs="+", default=list(MODES), choices=MODES, help="the paddings measured"
+    )
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     sets = [*SETS, *args.set]
@@ -72,7 +76,7 @@ def main() -> int:
     configs = {
         (t, m): config_from_cli(loaded, sets=[*sets, f"padding={m}"], config_file=None)
         for t, loaded in studies.items()
-        for m in MODES
+        for m in args.modes
     }
     runs: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
