@@ -250,3 +250,24 @@ def test_the_retry_handed_to_a_twin_waits_for_the_driver_that_took_the_configura
     trials = open_study(loaded, create=False).get_trials(deepcopy=False)
     assert trials[1].user_attrs.get("waits_for") == 2 and trials[1].user_attrs.get("requeued_from") == 0
     assert trials[2].user_attrs.get("waits_for") is None
+
+
+def test_an_injected_fault_beaten_by_another_trials_node_restart_is_a_lost_attempt():
+    """The chaos run's audit: a trial lost with the node another trial's injected restart took
+    down, before its own injected fault struck, ended as a lost attempt (retried, or failed for
+    good on its last attempt), not as its own fault; its own fault's wrong ending still shows."""
+    import optuna
+
+    from explorer.record import TrialRecord
+    from explorer.study._audit import _fault_ended_as_expected
+
+    lost = "Ray: the node restarted; every trial on it was lost (simulated)"
+
+    def ended(status: str, attempt: int, error: str) -> TrialRecord:
+        attrs = {"status": status, "attempt": attempt, "error": error, "injected_fault": "oom"}
+        return TrialRecord.of(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs=attrs))
+
+    assert _fault_ended_as_expected("oom", ended("failed", 1, lost), max_retries=1)
+    assert _fault_ended_as_expected("oom", ended("retry", 0, lost), max_retries=1)
+    assert not _fault_ended_as_expected("oom", ended("failed", 0, lost), max_retries=1)
+    assert not _fault_ended_as_expected("oom", ended("failed", 1, "injected fault 'crash'"), max_retries=1)

@@ -245,6 +245,9 @@ def _fault_ended_as_expected(kind: str, record: TrialRecord, max_retries: int) -
     status = record.status
     if status == Status.OOM and kind != "oom":  # an OOM of the configuration itself struck first
         return "injected" not in (record.error or "")
+    if kind != "node_restart" and "the node restarted" in (record.error or ""):
+        # another trial's node restart took this one down before its own fault struck: a lost attempt
+        return status == expected_status("node_restart", retried=retried)
     return status == expected_status(kind, retried=retried)
 
 
