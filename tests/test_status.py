@@ -71,7 +71,16 @@ def test_status_table_shows_configuration_throughput_and_reasons(write_study, tm
     running = study.ask()  # asked, configuration not yet recorded: shown without one
     assert main(["status", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:8] == ["trial", "state", "status", "configuration", "tok/s/gpu", "95%", "CI", "wall"]
+    assert out[0].split()[:8] == [
+        "trial",
+        "state",
+        "status",
+        "configuration",
+        "tok/s/gpu",
+        "95%",
+        "CI",
+        "wall",
+    ]
     rows = out[1:5]
     assert rows[0].split()[:3] == ["0", "COMPLETE", "invalid"]
     assert "bs=4 gpus=1 single ckpt=off len=64" in rows[0]
