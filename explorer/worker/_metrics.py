@@ -223,6 +223,7 @@ def fingerprint(*, nvml: Any | None) -> dict[str, Any]:
         "transformers": ver("transformers"),
         "accelerate": ver("accelerate"),
         "peft": ver("peft"),
+        "trl": ver("trl"),
         "python": platform.python_version(),
         "explorer": ver("explorer"),
     }
