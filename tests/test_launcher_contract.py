@@ -56,7 +56,9 @@ def _launcher_section(kind: str, tmp_path: Path) -> dict[str, Any]:
     raise AssertionError(f"no contract study for launcher kind {kind!r}: add one here")
 
 
-@pytest.fixture(params=sorted(LAUNCHERS))
+@pytest.fixture(  # the real local Ray's run (about a minute) goes with the slow suite
+    params=[pytest.param(k, marks=pytest.mark.slow) if k == "ray" else k for k in sorted(LAUNCHERS)]
+)
 def contract_study(request, write_study, tmp_path):
     """The same study for each launcher kind: the tiny model on a pool of 2 (logical) GPUs."""
     return load_study(

@@ -91,7 +91,7 @@ def _measured(padding: str, tmp_path: Path, **kwargs):
     return m
 
 
-@pytest.mark.parametrize("padding", ["max_length", "packed"])
+@pytest.mark.parametrize("padding", ["max_length", pytest.param("packed", marks=pytest.mark.slow)])
 def test_a_trl_trial_counts_the_entries_it_consumed(padding, tmp_path):
     """One real trial (the worker under torchrun, one CPU process): the measured window's dataset
     tokens are those of its entries, each cut at model_max_length, whatever the padding; its rate
@@ -190,7 +190,7 @@ def test_validation_refuses_trl_on_synthetic_tokens_in_one_line(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1 and "trainer trl" in r.stderr
 
 
-@pytest.mark.parametrize("padding", ["longest", "packed"])
+@pytest.mark.parametrize("padding", [pytest.param("longest", marks=pytest.mark.slow), "packed"])
 def test_the_sft_config_best_writes_loads_in_sft_config_and_trains(padding, tmp_path):
     """``explorer best``'s files for a configuration: ``SFTConfig(**sft_config.json)`` (with the
     benchmark-only arguments and a step budget), a stock ``SFTTrainer`` over the JSONL text

@@ -34,7 +34,9 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("verb", ["export", "report", "best", "plan"])
+@pytest.mark.parametrize(  # one verb in the default suite, every verb with the slow one
+    "verb", [pytest.param(v, marks=pytest.mark.slow) for v in ("export", "report", "plan")] + ["best"]
+)
 def test_a_read_only_folder_is_one_line(replayed: Path, tmp_path: Path, verb: str) -> None:
     with small_disk(tmp_path / "ro") as disk:
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
