@@ -32,7 +32,10 @@ def _audit(path: Path):
     )
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
+@pytest.mark.parametrize(
+    "damage",
+    [d if d in ("truncated", "garbage") else pytest.param(d, marks=pytest.mark.slow) for d in DAMAGE],
+)
 def test_a_damaged_measurement_of_a_running_trial_never_blocks_the_study(write_study, tmp_path, damage):
     path = _study(write_study, tmp_path, n_trials=2, faults={"rate": 0.0})
     journal = written_ahead_by_a_dead_driver(path)
@@ -48,7 +51,9 @@ def test_a_damaged_measurement_of_a_running_trial_never_blocks_the_study(write_s
     )  # and again: nothing left to trip on
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
+@pytest.mark.parametrize(
+    "damage", [d if d == "truncated" else pytest.param(d, marks=pytest.mark.slow) for d in DAMAGE]
+)
 def test_audit_names_a_damaged_measurement_of_a_recorded_trial(write_study, tmp_path, capsys, damage):
     path = _study(write_study, tmp_path, n_trials=2, faults={"rate": 0.0})
     optimize(load_study(path), printer=lambda _: None)

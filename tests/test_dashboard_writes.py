@@ -54,7 +54,9 @@ def _stored(url: str) -> list[str]:
     return [s.study_name for s in optuna.get_all_study_summaries(storage=url)]
 
 
-@pytest.mark.parametrize("allow", [False, True], ids=["read-only", "allow-writes"])
+@pytest.mark.parametrize(
+    "allow", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["read-only", "allow-writes"]
+)
 def test_a_real_delete_is_refused_unless_writes_are_allowed(write_study, tmp_path: Path, allow: bool) -> None:
     from explorer.study import open_study
     from explorer.study_file import load_study

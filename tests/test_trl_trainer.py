@@ -117,6 +117,7 @@ def test_a_trl_trial_counts_the_entries_it_consumed(padding, tmp_path):
     assert record["max_length"] == (None if padding == "packed" else LENGTH)
 
 
+@pytest.mark.slow  # a real trial under the plain Trainer (the default suite has the TRL one)
 def test_the_transformers_trainer_records_itself(tmp_path):
     import transformers
 
