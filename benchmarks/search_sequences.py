@@ -19,7 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from explorer.search_benchmark import trial_sequence  # noqa: E402
+from explorer.search_benchmark import VARIANTS, trial_sequence  # noqa: E402
 from explorer.study_file import load_study  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "search_sequences.json"
@@ -32,17 +32,7 @@ STUDIES = {
     "llama-3.1-8b": ("benchmarks/search_studies/llama-3.1-8b.yaml", "model-llama-3.1-8b.csv"),
     "cpu-quickstart": ("studies/quickstart.yaml", "cpu-quickstart.csv"),
 }
-RECORDED = (
-    "default",
-    "no-inference",
-    "no-priors",
-    "cover-start",
-    "tpe-every-3",
-    "no-local-search",
-    "random",
-    "optuna",
-    "walk",
-)
+RECORDED = tuple(v for v in VARIANTS if v != "gp")
 """The strategies recorded (:data:`explorer.search_benchmark.VARIANTS` but Optuna's GPSampler):
 explorer's own searches and Optuna's TPE and random samplers. Re-recorded when issue 23 made the
 joint models the default: ``walk`` walks what ``default`` walked before. A strategy added later is
