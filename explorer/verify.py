@@ -139,21 +139,11 @@ def write_study_data(job: TrialJob, path: Path) -> int:
     """The study's training data as ``{"input_ids": [...]}`` lines, the entries the trial's worker
     trains on (synthetic, or the JSONL file through the model's tokenizer; repeated to a full
     batch where fewer): the same dataset, so the same batches. Returns the entries written."""
-    from explorer.worker._data import JsonlText, SyntheticTokens, filled
-    from explorer.worker._model import build_tokenizer, load_config
+    from explorer.worker._model import load_config
+    from explorer.worker._train import training_dataset
 
-    length = job.config.model_max_length
-    if job.workload.dataset.kind == "jsonl":
-        data: Any = JsonlText(
-            Path(job.dataset_path or ""),
-            text_field=job.workload.dataset.text_field,
-            tokenizer=build_tokenizer(job.workload.model, job.model_path),
-            max_length=length,
-        )
-    else:
-        vocab = load_config(job.workload.model, job.model_path).get_text_config().vocab_size
-        data = SyntheticTokens(job.workload.dataset, vocab_size=vocab, max_length=length)
-    data = filled(data, job.config.global_batch)
+    vocab = load_config(job.workload.model, job.model_path).get_text_config().vocab_size
+    data = training_dataset(job, vocab_size=vocab)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
         for i in range(len(data)):

@@ -34,6 +34,7 @@ from explorer.worker._stopping import Decision, relative_ci
 from explorer.worker._worst_case import worst_case_step
 
 __all__ = [
+    "training_dataset",
     "BENCHMARK_ONLY",
     "main",
     "process_group_backend",
@@ -112,7 +113,7 @@ def _trainer(job: TrialJob, *, model: Any, args: Any, callbacks: list[Any], voca
     return CountingTrainer(
         model=model,
         args=args,
-        train_dataset=_dataset(job, vocab_size=vocab_size),
+        train_dataset=training_dataset(job, vocab_size=vocab_size),
         callbacks=callbacks,
         data_collator=collator_for(**run_options(job.config, "data_option")),
     )
@@ -257,7 +258,7 @@ def _apply_knobs(model: Any, c: TrialConfig, *, liger_by_trainer: bool = False) 
     return applied
 
 
-def _dataset(job: TrialJob, *, vocab_size: int) -> Any:
+def training_dataset(job: TrialJob, *, vocab_size: int) -> Any:
     """The training data: a JSONL file through the model's tokenizer, or synthetic tokens."""
     from explorer.worker._data import JsonlText, SyntheticTokens, filled
     from explorer.worker._model import build_tokenizer
