@@ -25,7 +25,10 @@ def _packed_and_alone(device: str) -> tuple[torch.Tensor, torch.Tensor, torch.nn
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(LlamaConfig(**arch), attn_implementation="flex_attention")
     model = model.to(device).eval()
-    entries = [torch.arange(5, 12), torch.arange(40, 44), torch.arange(90, 103)]
+    # 25 tokens in all: torch 2.13's compiled CPU FlexAttention kernel returns garbage or NaN, varying
+    # from run to run, for a 24-token causal sequence (compared with SDPA: 16-23, 25-65 and 96 tokens
+    # come out right). explorer never runs flex on a CPU: validation refuses it.
+    entries = [torch.arange(5, 12), torch.arange(40, 44), torch.arange(90, 104)]
     batch = {k: v.to(device) for k, v in collator_for("packed")([pad_item(e, 16) for e in entries]).items()}
     with torch.no_grad():
         packed = model(

@@ -109,7 +109,7 @@ def _measured(padding: str, tmp_path: Path, *, batch: int, length: int, warmup: 
     """One trial of the study's workload (the real worker, one CPU process) and the entries whose
     tokens its measured window counts."""
     loaded = with_measurement(
-        load_study(STUDY, check_launcher=False), warmup_steps=warmup, measured_steps=steps
+        load_study(STUDY, check_launcher=False), warmup_steps=warmup, measured_steps=steps, stop="steps"
     )
     sets = [f"padding={padding}", f"batch_size={batch}", "number_gpus=1", f"model_max_length={length}"]
     job = TrialJob.for_study(loaded, config_from_cli(loaded, sets=sets, config_file=None), trial_number=0)
