@@ -202,7 +202,7 @@ class Loop:
             beat(self.study, [f.trial._trial_id for f in self._open_trials()])
         if time.monotonic() - self.last_sweep > ORPHAN_SWEEP_S:  # trials another driver asked, then died
             self.last_sweep = time.monotonic()
-            if orphans := reclaim_orphans(self.study):
+            if orphans := reclaim_orphans(self.study, self.drivers.turn):
                 self.printer(f"        failed trial(s) {orphans}: asked by an explorer process that died")
             self._reclaim_peers()  # a dead peer holds no lock: it cannot be told from no peer
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -136,13 +137,18 @@ def reclaim_interrupted(
     return out
 
 
-def reclaim_orphans(study: optuna.Study) -> list[int]:
+def reclaim_orphans(study: optuna.Study, turn: Callable[[], AbstractContextManager[None]]) -> list[int]:
     """Fail RUNNING trials that no driver recorded within :data:`ORPHAN_AFTER_S` (see
-    :func:`_abandon_orphan`); returns their numbers. Cheap enough to run every few seconds."""
+    :func:`_abandon_orphan`); returns their numbers. Cheap enough to run every few seconds.
+
+    Runs in the drivers' ``turn``: a driver asks a trial and records itself on it in its turn, so a
+    trial seen there without a driver was asked by a driver that died, never by one whose ask is
+    merely slow (a busy storage, a long proposal)."""
     import optuna
 
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    return [t.number for t in running if TrialRecord.of(t).driver is None and _abandon_orphan(study, t)]
+    with turn():
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        return [t.number for t in running if TrialRecord.of(t).driver is None and _abandon_orphan(study, t)]
 
 
 def _abandon_orphan(study: optuna.Study, t: optuna.trial.FrozenTrial) -> bool:
