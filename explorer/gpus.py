@@ -28,6 +28,14 @@ __all__ = [
 FIGURES = ("bf16_tflops", "memory_gib", "bandwidth_tbs", "link_gbs")
 """The figures a study declares for a GPU the table does not know (``resources.gpu``)."""
 DECLARED = "declared in the study file (resources.gpu)"
+MEASURED = "measured on the node by explorer doctor (the study's record)"
+_MEASURED_AS = {
+    "bf16_tflops": "matmul_tflops",
+    "memory_gib": "allocatable_gib",
+    "bandwidth_tbs": "memory_bandwidth_tbs",
+    "link_gbs": "allreduce_busbw_gbs",
+}
+"""The figure each of ``explorer doctor``'s measurements stands for (``docs/doctor.md``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +68,9 @@ class Gpu:
     """That link's bandwidth per GPU, GB/s, both directions (NVIDIA's convention)."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Where each figure comes from (a URL or a repository path), by the field's name."""
+    busbw_gbs: float | None = None
+    """The all-reduce bus bandwidth ``explorer doctor`` measured between the node's devices
+    (nccl-tests' convention), GB/s; ``None``: not measured (the physics assumes one by the link)."""
 
     @property
     def peak_flops(self) -> float:
@@ -106,11 +117,31 @@ def _declared(declared: Any) -> dict[str, float]:
     return {k: float(v) for k in FIGURES if (v := get(k)) is not None}
 
 
-def gpu_figures(name: str | None, declared: Any = None) -> Gpu | None:
-    """The figures of a GPU: the table's row, with the study's declared figures over it (a
-    power-capped or unlisted card); ``None``: neither knows them all (:func:`missing_figures`)."""
-    row, given = lookup(name), _declared(declared)
-    if row is None and len(given) < len(FIGURES):
+def _measured(node: Mapping[str, Any] | None) -> dict[str, float]:
+    """The figures ``explorer doctor`` measured on a node (its record's ``matmul_tflops``,
+    ``allocatable_gib``, ...), as the table's figures; those it did not measure left out."""
+    if not node or node.get("error"):
+        return {}
+    found = {k: node.get(m) for k, m in _MEASURED_AS.items()}
+    return {
+        k: float(v)
+        for k, v in found.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+    }
+
+
+def gpu_figures(
+    name: str | None, declared: Any = None, measured: Mapping[str, Any] | None = None
+) -> Gpu | None:
+    """The figures of a GPU: the table's row, the figures ``explorer doctor`` measured on the node
+    over it (``measured``: its record), the study's declared figures over both (a power-capped or
+    unlisted card: the user's explicit word wins); ``None``: none of them knows them all
+    (:func:`missing_figures`). A measured all-reduce bus bandwidth stands for the link of a device
+    the table does not know (a CPU's processes), and prices the collectives (:attr:`Gpu.busbw_gbs`)."""
+    row, given, found = lookup(name), _declared(declared), _measured(measured)
+    if row is not None:  # the table's link is NVIDIA's per-GPU figure, not a bus bandwidth
+        found.pop("link_gbs", None)
+    if row is None and len({**found, **given}) < len(FIGURES):
         return None
     base: dict[str, Any] = (
         {
@@ -122,12 +153,20 @@ def gpu_figures(name: str | None, declared: Any = None) -> Gpu | None:
         if row
         else {}
     )
-    if not given:
+    if not given and not found:
         return row
-    figures = {**base, **given}
-    link = row.link if row and "link_gbs" not in given else "nvlink" if figures["link_gbs"] >= 300 else "pcie"
+    figures = {**base, **found, **given}
+    if row and "link_gbs" not in given:
+        link = row.link
+    elif "link_gbs" in given:
+        link = "nvlink" if figures["link_gbs"] >= 300 else "pcie"
+    else:  # a device the table does not know, its link measured: the collectives' backend
+        link = str((measured or {}).get("backend") or "measured")
     sources = dict(row.sources) if row else {}
+    sources.update({_FIELD[k]: MEASURED for k in found})
     sources.update({_FIELD[k]: DECLARED for k in given})
+    memory = {**found, **given}.get("memory_gib")
+    busbw = _measured(measured).get("link_gbs")
     return Gpu(
         label=row.label if row else str(name),
         nvml_name=row.nvml_name if row else str(name),
@@ -136,11 +175,12 @@ def gpu_figures(name: str | None, declared: Any = None) -> Gpu | None:
         bf16_tflops=figures["bf16_tflops"],
         fp16_tflops=None,
         memory_gb=figures["memory_gib"],
-        cuda_gib=given.get("memory_gib", row.cuda_gib if row else None),
+        cuda_gib=memory if memory is not None else row.cuda_gib if row else None,
         bandwidth_tbs=figures["bandwidth_tbs"],
         link=link,
         link_gbs=figures["link_gbs"],
         sources=sources,
+        busbw_gbs=busbw,
     )
 
 
@@ -153,12 +193,15 @@ _FIELD = {
 """The table's field that each declared figure stands for."""
 
 
-def missing_figures(name: str | None, declared: Any = None) -> str | None:
+def missing_figures(
+    name: str | None, declared: Any = None, measured: Mapping[str, Any] | None = None
+) -> str | None:
     """One line saying which ``resources.gpu`` figures a study on an unknown GPU must declare,
-    or ``None``: the table knows the card, it is a CPU stand-in, or the study declares them all."""
-    if not name or is_cpu_model(name) or gpu_figures(name, declared) is not None:
+    or ``None``: the table knows the card, it is a CPU stand-in, or the study declares (or
+    ``explorer doctor`` measured) them all."""
+    if not name or is_cpu_model(name) or gpu_figures(name, declared, measured) is not None:
         return None
-    given = _declared(declared)
+    given = {**_measured(measured), **_declared(declared)}
     need = ", ".join(k for k in FIGURES if k not in given)
     return (
         f"{name} is not a GPU the table knows (explorer/gpus.py), so it is not priced: declare "

@@ -174,7 +174,9 @@ class _Arch:
 class JobPhysics:
     """The estimates for one job (a workload on a GPU model)."""
 
-    def __init__(self, *, workload: WorkloadSpec, resources: ResourcesSpec) -> None:
+    def __init__(
+        self, *, workload: WorkloadSpec, resources: ResourcesSpec, figures: Gpu | None = None
+    ) -> None:
         self.arch = _Arch.of(workload.model.architecture or {})
         method = workload.method
         self.lora = method.kind == "lora"
@@ -189,9 +191,11 @@ class JobPhysics:
         self.trainable = adapters if self.lora else self.arch.total
         self.lengths = _lengths(workload)
         gpu = resources.gpu_model or ""
-        figures = _figures(resources)
+        figures = figures or _figures(resources)  # given: with the node's measured ones (explorer.estimate)
         self.peak = figures.peak_flops if figures is not None else CPU_STAND_IN_FLOPS
         self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
+        if figures is not None and figures.busbw_gbs:  # measured on the node by explorer doctor
+            self.link = figures.busbw_gbs * 1e9
         self.context_gib = 0.0 if resources.device == "cpu" or gpu == CPU_MODEL else CONTEXT_GIB
         cap = resources.device_memory_gib
         self.limit_gib = cap if cap is not None else figures.memory_gb if figures is not None else None
