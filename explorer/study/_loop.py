@@ -32,7 +32,16 @@ from explorer.study._journal import read_ahead
 from explorer.study._journal import write_ahead as write_measurement
 from explorer.study._known import Known
 from explorer.study._lines import better, describe, progress_line, short, stored_best
-from explorer.study._peers import HEARTBEAT_S, WAITS_FOR, Drivers, beat, claim, occupancy, stale_trials
+from explorer.study._peers import (
+    HEARTBEAT_S,
+    WAITS_FOR,
+    Drivers,
+    beat,
+    claim,
+    dead_running,
+    occupancy,
+    stale_trials,
+)
 from explorer.study._record import (
     frozen,
     record_from_store,
@@ -188,6 +197,8 @@ class Loop:
     def _look_around(self) -> None:
         """Answers of other drivers, the progress footer, and trials another driver asked, then died."""
         if self.remote:
+            if any(dead_running(self.study, source) for _, source in self.remote):
+                self._reclaim_peers()  # its measurement may be on disk: recorded, then reused, not re-run
             settle_remote(self.study, self.remote, self._rerun, self.known, self.printer, self.drivers.turn)
         if self.progress is not None:
             self.progress.update(

@@ -50,6 +50,7 @@ __all__ = [
     "WAITS_FOR",
     "beat",
     "claim",
+    "dead_running",
     "Drivers",
     "Room",
     "is_mine",
@@ -275,6 +276,12 @@ def settled(study: optuna.Study, source: optuna.trial.FrozenTrial) -> optuna.tri
     if now.state == optuna.trial.TrialState.RUNNING and driver_alive(TrialRecord.of(now).driver) is not False:
         return None
     return now
+
+
+def dead_running(study: optuna.Study, source: optuna.trial.FrozenTrial) -> bool:
+    """``source`` is still RUNNING in the storage while its driver, on this host, is dead."""
+    now = settled(study, source)
+    return now is not None and not now.state.is_finished()
 
 
 def _rdb(study: optuna.Study) -> Any:
