@@ -66,7 +66,7 @@ class Step:
 
 PLAN = (
     Step("carries", 1, 0.25, 120, "unpack the .gpu carries into /tmp/site (once a machine)"),
-    Step("doctor", 1, 1.75, 300, "explorer doctor --json: the node, one smoke run per knob value"),
+    Step("doctor", 1, 2.0, 300, "explorer doctor --json: the node measured, a smoke run per knob value"),
     Step("pytest-knobs", 1, 2.0, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
     Step("study-short", 1, 1.5, 240, "explorer optimize, entries of 100-800 tokens (resumes)"),
     Step("measure", 1, 1.25, 180, "explorer measure: the default configuration, the best"),
@@ -88,7 +88,7 @@ START_MIN = 2.0
 """The machine's start, at most."""
 FIRST_CALL_MAX_MIN = 8.0
 """Call 1 at most: what is left after it and the start must hold call 2."""
-CALL_SLACK_MIN = 0.5
+CALL_SLACK_MIN = 0.25
 """Per call, beyond its steps: Python's start, the bundle, the kit's own bookkeeping."""
 BUNDLE = "$OUT/gpu-kit.tar.gz"
 RESULTS = {
@@ -351,15 +351,16 @@ def step_env(kit: Kit, clock: Clock) -> str:
 
 
 def step_doctor(kit: Kit, clock: Clock) -> str:
-    """``explorer doctor --json`` on the short study: its findings are recorded on the study
-    (``optimize`` then never launches a value the node cannot run) and copied here."""
+    """``explorer doctor --json`` on the short study: it measures the node, then smoke-runs each
+    knob value; its findings and measured figures are recorded on the study (``optimize`` never
+    launches a value the node cannot run, ``estimate`` prices with the figures). Every file it
+    left in its folder is copied here (cut short: ``rows.jsonl``, the rows it found)."""
     study = kit.study("short")
     rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor.log", clock.left())
     folder = kit.work / "runs-short" / "doctor"
-    if (folder / "doctor.json").is_file():
-        (kit.out / "doctor.json").write_text((folder / "doctor.json").read_text())
-    elif (folder / "rows.jsonl").is_file():  # cut short: the rows it found
-        (kit.out / "doctor-rows.jsonl").write_text((folder / "rows.jsonl").read_text())
+    for path in sorted(folder.glob("*.json*")):
+        name = path.name if path.name == "doctor.json" else f"doctor-{path.name}"
+        (kit.out / name).write_text(path.read_text())
     return "done (some values failed: doctor.json)" if rc == 1 else _ended(rc)
 
 
@@ -470,7 +471,9 @@ ESTIMATE = (
     "configs = {'default': config_from_cli(loaded, sets=chosen['default'], config_file=None),\n"
     "           'best': config_from_cli(loaded, sets=[], config_file=sys.argv[3])}\n"
     "measured = stored_measurements(loaded) or []\n"
-    "found = {'trials': len(measured)}\n"
+    "import explorer.estimate as e\n"
+    "node = e.recorded_node(loaded) if hasattr(e, 'recorded_node') else None\n"
+    "found = {'trials': len(measured), 'node_measured': node is not None}\n"
     "for basis, m in (('physics', []), ('calibrated', measured)):\n"
     "    rows = estimate_study(loaded, sets={}, measured=m)\n"
     "    print('\\n'.join(describe(loaded, rows, top=5, measured=len(m))), file=sys.stderr)\n"
@@ -503,7 +506,7 @@ def step_estimate(kit: Kit, clock: Clock) -> str:
 def compare(found: dict[str, Any], measured: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """Each configuration's predictions (physics alone, calibrated) beside its measured dataset
     tokens/s per GPU: measured over predicted, and whether the band holds it."""
-    out: dict[str, Any] = {"trials": found["trials"]}
+    out: dict[str, Any] = {"trials": found["trials"], "node_measured": found.get("node_measured")}
     for name, m in measured.items():
         got = None if m is None else m["dataset_tokens_per_second_per_gpu"]
         rows: dict[str, Any] = {"measured": got}
@@ -587,7 +590,8 @@ def _doctor(out: Path) -> dict[str, Any] | None:
         for r in rows
         if r["status"] == "failed"
     ]
-    return {"complete": whole, "counts": counts, "failed": failed}
+    measured = json.loads((out / "doctor.json").read_text()).get("measured") if whole else None
+    return {"complete": whole, "counts": counts, "failed": failed, "measured": measured}
 
 
 def summarize(out: Path) -> dict[str, Any]:
@@ -627,12 +631,27 @@ def _estimate_lines(estimate: dict[str, Any]) -> list[str]:
             row = estimate.get(name, {}).get(basis)
             if row and row.get("measured_over_predicted") is not None:
                 lines.append(
-                    f"estimate ({basis}, {estimate['trials']} trials) of {name}: "
+                    f"estimate ({basis}, {estimate['trials']} trials, node figures "
+                    f"{'measured' if estimate.get('node_measured') else 'from the table'}) of {name}: "
                     f"{row['dataset_tokens_per_second_per_gpu']:.0f} tokens/s/GPU predicted "
                     f"(band {row['band']['low']:.0f}-{row['band']['high']:.0f}), measured "
                     f"{row['measured_over_predicted']:.2f}x that, {'in' if row['in_band'] else 'outside'} the band"
                 )
     return lines
+
+
+def _node_line(measured: dict[str, Any] | None) -> str:
+    """The doctor's measured figures in one line (``None``: it did not measure, or was cut)."""
+    if not measured:
+        return "none (the doctor measured nothing, or was cut before writing doctor.json)"
+    units = {
+        "matmul_tflops": "TFLOP/s matmul",
+        "memory_bandwidth_tbs": "TB/s copy",
+        "allocatable_gib": "GiB allocatable",
+        "allreduce_busbw_gbs": "GB/s all-reduce busbw",
+    }
+    known = [f"{measured[k]:.4g} {u}" for k, u in units.items() if isinstance(measured.get(k), (int, float))]
+    return ", ".join(known) if known else json.dumps(measured)
 
 
 def summary_lines(kit: Kit, summary: dict[str, Any]) -> list[str]:
@@ -645,6 +664,7 @@ def summary_lines(kit: Kit, summary: dict[str, Any]) -> list[str]:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(doctor["counts"].items()))
         lines.append(f"doctor{'' if doctor['complete'] else ' (cut short)'}: {counts}")
         lines += [f"  failed: {f}" for f in doctor["failed"]]
+        lines.append("node measured by the doctor: " + _node_line(doctor.get("measured")))
     for name in ("default", "best"):
         m = summary[name]
         got = (

@@ -1,13 +1,18 @@
-"""The GPU evidence kit (``benchmarks/gpu_kit.py``, ``scripts/gpu_pack.sh``; docs/gpu.md): what
-it carries fits one device call, and its CPU dry run goes through every step, records them,
-keeps going past a step cut by its time limit, resumes, and recomputes its figures from its files."""
+"""The GPU evidence kit (``benchmarks/gpu_kit.py``, ``scripts/gpu_pack.sh``; docs/gpu.md): its plan
+fits a session's device time (call 1 at most 8 minutes, the most telling steps first) and is the one
+docs/gpu.md gives, its carries fit one device call, a step is cut at its own limit, a run resumes,
+and its CPU dry run goes through every step of both calls and recomputes its figures from its files."""
 
 from __future__ import annotations
 
+import datetime
+import functools
+import importlib.util
 import json
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,10 @@ from tests.conftest import REPO
 
 CARRY = REPO / "benchmarks" / "results" / "gpu" / "carry.json"
 PACK = REPO / "scripts" / "gpu_pack.sh"
+KIT = REPO / "benchmarks" / "gpu_kit.py"
+DOC = REPO / "docs" / "gpu.md"
 LIMIT = 64 * 2**20
+CALL_1 = ["carries", "doctor", "pytest-knobs", "study-short", "measure", "estimate", "summary"]
 
 
 def _tree_bytes() -> int:
@@ -31,62 +39,210 @@ def _pinned(variable: str) -> list[str]:
     return match.group(1).split()
 
 
-def test_each_carry_fits_one_device_call_with_the_tree():
-    """Each carry the pack script made, with today's tracked tree, stays under the 64 MiB one call
-    sends; the record names exactly the packages the script pins, liger-kernel and bitsandbytes
-    among them."""
+@functools.cache
+def _module():
+    """``benchmarks/gpu_kit.py``, imported once (registered first: its dataclass looks it up)."""
+    spec = importlib.util.spec_from_file_location("gpu_kit", KIT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_kit"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_carries_fit_one_device_call_together_with_the_tree():
+    """The three carries the pack script made travel in each call of the kit: all three with
+    today's tracked tree stay under the 64 MiB one call sends; the record names exactly the
+    packages the script pins, liger-kernel, bitsandbytes and trl among them."""
     record = json.loads(CARRY.read_text())
     assert record["limit_bytes"] == LIMIT
     carries = record["carries"]
+    assert list(carries) == _module().carries() == [".gpu/site", ".gpu/kernels", ".gpu/trl"]
     assert carries[".gpu/site"]["packages"] == _pinned("SITE_PACKAGES")
     assert carries[".gpu/kernels"]["packages"] == _pinned("KERNEL_PACKAGES")
+    assert carries[".gpu/trl"]["packages"] == _pinned("TRL_PACKAGES")
     assert {p.split("==")[0] for p in carries[".gpu/kernels"]["packages"]} == {"liger-kernel", "bitsandbytes"}
+    assert "trl" in {p.split("==")[0] for p in carries[".gpu/trl"]["packages"]}
     tree = _tree_bytes()
-    for path, carry in carries.items():
-        assert carry["bytes"] + tree < LIMIT, (path, carry["bytes"], tree)
+    assert sum(c["bytes"] for c in carries.values()) + tree < LIMIT, (carries, tree)
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(KIT), "--plan", *args], cwd=REPO, capture_output=True, text=True
+    )
+
+
+def _calls(text: str) -> dict[int, dict]:
+    """Each call's steps and minutes as the plan prints them, and its device run."""
+    calls: dict[int, dict] = {}
+    for line in text.splitlines():
+        if m := re.match(r"call (\d+): ([\d.]+) min of steps$", line):
+            call = calls[int(m[1])] = {"minutes": float(m[2]), "steps": []}
+        elif m := re.match(r"  \d+\. (\S+) +([\d.]+) min  ", line):
+            call["steps"].append((m[1], float(m[2])))
+        elif line.startswith("  device run: "):
+            call["run"] = json.loads(line.removeprefix("  device run: "))
+    return calls
+
+
+def test_the_plan_puts_the_most_telling_steps_in_a_first_call_of_8_minutes():
+    """--plan prints each call's steps with their minutes and totals: call 1 is the doctor, the
+    knob tests, one short study, measure and estimate, in that order, at most 8 minutes with its
+    slack; call 2 holds the rest (trl among it); the start and both calls fit the 15 minutes."""
+    plan = _plan()
+    assert plan.returncode == 0, plan.stderr
+    calls = _calls(plan.stdout)
+    assert [s for s, _ in calls[1]["steps"]] == CALL_1
+    assert {"trl", "study-long", "pytest-gpu", "env"} <= {s for s, _ in calls[2]["steps"]}
+    for call in calls.values():
+        assert call["minutes"] == pytest.approx(sum(m for _, m in call["steps"]), abs=0.01)
+        assert all(m > 0 for _, m in call["steps"])
+        assert call["run"]["timeout_s"] == pytest.approx(
+            (call["minutes"] + _module().CALL_SLACK_MIN) * 60, abs=1
+        )
+        assert len(call["run"]["command"]) <= 2000 and call["run"]["timeout_s"] <= 600
+        assert call["run"]["carry"] == list(json.loads(CARRY.read_text())["carries"])
+    assert calls[1]["run"]["timeout_s"] <= 8 * 60
+    assert 2 + sum(c["run"]["timeout_s"] for c in calls.values()) / 60 <= 15
+    assert "plan: ok" in plan.stdout
+
+
+def test_docs_give_the_plans_device_calls_and_minutes():
+    """docs/gpu.md gives each call's device run exactly as the plan prints it, and each step's
+    minutes."""
+    doc = DOC.read_text()
+    calls = _calls(_plan().stdout)
+    for call in calls.values():
+        assert json.dumps(call["run"]) in doc
+        for step, minutes in call["steps"]:
+            assert re.search(rf"`{re.escape(step)}`[^|\n]*\| *{minutes:.2f} *\|", doc), (step, minutes)
+
+
+def test_a_first_call_over_8_minutes_is_refused(tmp_path):
+    """A limit that takes call 1 past 8 minutes: the plan is printed, then refused with one line
+    and exit 2; the kit refuses to run it on the GPU, writing nothing."""
+    plan = _plan("--limit", "doctor=150")
+    assert plan.returncode == 2
+    assert plan.stderr.strip().count("\n") == 0 and "call 1 takes 8.50 min" in plan.stderr
+    run = subprocess.run(
+        [sys.executable, str(KIT), "--device", "cuda", "--call", "1", "--limit", "doctor=150"]
+        + ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "plan refused" in run.stderr and "Traceback" not in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_step_is_cut_at_its_own_limit(tmp_path):
+    """A step's command that would run on is interrupted at its limit and reported cut (None)."""
+    kit = _module()
+    log = tmp_path / "step.log"
+    rc = kit.run_logged([sys.executable, "-c", "import time; time.sleep(600)"], log, 2.0)
+    assert rc is None and "cut at its limit of 2 s" in log.read_text()
+    assert kit.run_logged([sys.executable, "-c", "raise SystemExit(3)"], log, 60.0) == 3
+
+
+def test_the_run_id_resumes_an_unfinished_run(tmp_path):
+    """The newest run with a step still to run (timed out, waiting or never run) is resumed;
+    with every step settled a new run of today starts."""
+    kit = _module()
+    steps = {s.name for s in kit.PLAN}
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    (tmp_path / "2020-01-01").mkdir()
+    (tmp_path / "2020-01-01" / "kit.json").write_text(json.dumps({"steps": {"doctor": {"status": "done"}}}))
+    assert kit.run_id([tmp_path]) == "2020-01-01"
+    every = {s: {"status": "done"} for s in steps}
+    (tmp_path / "2020-01-01" / "kit.json").write_text(json.dumps({"steps": every}))
+    assert kit.run_id([tmp_path]) == today
+    (tmp_path / today).mkdir()
+    (tmp_path / today / "kit.json").write_text(json.dumps({"steps": every}))
+    assert kit.run_id([tmp_path]) == f"{today}-2"
+    every["study-short"] = {"status": "timed out (resumes when the kit runs again)"}
+    (tmp_path / today / "kit.json").write_text(json.dumps({"steps": every}))
+    assert kit.run_id([tmp_path]) == today
+
+
+def test_estimate_compared_with_what_was_measured():
+    """Measured over predicted and whether the band holds it, per configuration and basis."""
+    row = {"dataset_tokens_per_second_per_gpu": 1000.0, "band": {"low": 500.0, "high": 2000.0}}
+    found = {
+        "trials": 3,
+        "default": {"physics": row, "calibrated": {**row, "band": {"low": 900.0, "high": 1100.0}}},
+    }
+    got = _module().compare(found, {"default": {"dataset_tokens_per_second_per_gpu": 1500.0}, "best": None})
+    assert got["default"]["physics"]["measured_over_predicted"] == pytest.approx(1.5)
+    assert got["default"]["physics"]["in_band"] is True and got["default"]["calibrated"]["in_band"] is False
+    assert got["best"] == {"measured": None} and got["trials"] == 3
 
 
 def _kit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_kit.py"), "--device", "cpu"]
-    cmd += ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"), *args]
+    cmd = [sys.executable, str(KIT), "--device", "cpu", "--out", str(tmp_path / "out")]
+    cmd += ["--work", str(tmp_path / "work"), "--bundle", str(tmp_path / "kit.tar.gz"), *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
 
 
+def _steps(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "kit.json").read_text())["steps"]
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(2400)
 def test_the_kit_dry_run_on_the_cpu(tmp_path):
-    """First call: the short study is cut at 5 s (recorded, the kit goes on: long study, measure
-    with nothing best yet, summary). Second call: only what is left runs; the short study resumes,
-    measure compares default and best, and the summary's figures are the measured lines'."""
-    first = _kit(tmp_path, "--limit", "study-short=5")
+    """Call 1 with the short study cut at 5 s: recorded, the kit goes on (measure and estimate
+    wait). Call 1 again: only what is left runs, the study resumes, measure compares default and
+    best, estimate sets both beside what was measured. Call 2: the rest. The summary's figures are
+    the measured lines', and the bundle holds the run under benchmarks/results/gpu-dry-run/."""
+    first = _kit(tmp_path, "--call", "1", "--limit", "study-short=5")
     assert first.returncode == 0, first.stderr[-3000:]
-    state = json.loads((tmp_path / "out" / "kit.json").read_text())["steps"]
+    state = _steps(tmp_path)
     assert state["study-short"]["status"].startswith("timed out"), state
-    assert state["doctor"]["status"].startswith("done") and state["env"]["status"] == "done", state
-    assert state["pytest-gpu"]["status"].startswith("not run")
-    assert state["measure"]["status"].startswith("waits") and state["summary"]["status"] == "done"
+    assert state["doctor"]["status"].startswith("done") and state["carries"]["status"].startswith(
+        ("done", "nothing")
+    )
+    assert state["pytest-knobs"]["status"].startswith("collected only (no CUDA): 9 tests"), state
+    assert state["measure"]["status"].startswith("waits") and state["estimate"]["status"].startswith("waits")
+    assert state["summary"]["status"] == "done" and "trl" not in state
     doctor = json.loads((tmp_path / "out" / "doctor.json").read_text())
     status = {(r["knob"], json.dumps(r["value"])): r["status"] for r in doctor["rows"]}
     assert status[("padding", '"packed"')] == status[("precision", '"pure_bf16"')] == "ran"
     assert status[("batch_size", "8")] == "not applicable"
     assert {s for k, s in status.items() if k != ("batch_size", "8")} == {"ran"}
 
-    second = _kit(tmp_path)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "gpu-kit: doctor:" not in second.stdout  # done before: not run again
-    state = json.loads((tmp_path / "out" / "kit.json").read_text())["steps"]
+    again = _kit(tmp_path, "--call", "1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "gpu-kit: doctor: done before" in again.stdout  # not run again
+    state = _steps(tmp_path)
     assert state["study-short"]["status"] == "done" and state["measure"]["status"].startswith("done")
+    assert state["estimate"]["status"] == "done", state
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    lines = {
-        name: [json.loads(x) for x in (tmp_path / "out" / f"measure-{name}.jsonl").read_text().splitlines()]
-        for name in ("default", "best")
-    }
-    for name, measured in lines.items():
-        p = measured[0]["properties"]
+    for name in ("default", "best"):
+        p = json.loads((tmp_path / "out" / f"measure-{name}.jsonl").read_text().splitlines()[0])["properties"]
         assert summary[name]["mfu"] == pytest.approx(p["mfu"])
         assert summary[name]["dataset_tokens_per_second"] == pytest.approx(p["dataset_tokens_per_second"])
         assert 0 < p["mfu"] < 1
+        for basis in ("physics", "calibrated"):
+            row = summary["estimate"][name][basis]
+            assert row["measured_over_predicted"] == pytest.approx(
+                p["dataset_tokens_per_second_per_gpu"] / row["dataset_tokens_per_second_per_gpu"]
+            )
+    assert summary["estimate"]["trials"] >= 1
     assert summary["gain_over_default"] == pytest.approx(
         summary["best"]["dataset_tokens_per_second"] / summary["default"]["dataset_tokens_per_second"]
     )
     assert "best / default on short entries" in (tmp_path / "out" / "summary.md").read_text()
+
+    second = _kit(tmp_path, "--call", "2")
+    assert second.returncode == 0, second.stderr[-3000:]
+    state = _steps(tmp_path)
+    assert state["env"]["status"] == "done" and state["study-long"]["status"] == "done", state
+    assert state["trl"]["status"] == "done (max_length: ok, packed: ok)", state
+    assert state["pytest-gpu"]["status"].startswith("collected only (no CUDA)"), state
+    assert "every step ran" in second.stdout
+    with tarfile.open(tmp_path / "kit.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {
+        "benchmarks/results/gpu-dry-run/out/kit.json",
+        "benchmarks/results/gpu-dry-run/out/summary.md",
+    } <= names
