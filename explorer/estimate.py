@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError
-from explorer.gpus import missing_figures
+from explorer.gpus import gpu_figures, is_cpu_model, missing_figures
 
 if TYPE_CHECKING:
+    from explorer.gpus import Gpu
     from explorer.search._physics import JobPhysics
-    from explorer.spec import LoadedStudy
+    from explorer.spec import LoadedStudy, ResourcesSpec
     from explorer.trial_config import TrialConfig
 
 __all__ = ["PRIOR_BAND", "Estimate", "Measured", "estimate", "estimate_study", "parse_sets"]
@@ -189,10 +190,41 @@ def stored_measurements(loaded: LoadedStudy) -> list[Measured] | None:
     return out
 
 
+def recorded_node(loaded: LoadedStudy) -> dict[str, Any] | None:
+    """The figures ``explorer doctor`` measured on a node of the study's GPU model, from its
+    storage opened read-only; ``None``: no stored study, or never measured."""
+    from explorer.record import StudyRecord
+    from explorer.study import load_readonly
+
+    try:
+        study = load_readonly(loaded)
+    except SpecError as exc:
+        if exc.field in ("storage", "name"):
+            return None
+        raise
+    return StudyRecord.of(study).measured_node(loaded.spec.resources.model)
+
+
+def study_figures(resources: ResourcesSpec, node: dict[str, Any] | None) -> Gpu | None:
+    """The figures that price a study (:func:`explorer.gpus.gpu_figures`: the table's, the
+    node's measured ones over them, the declared ones over both); ``None``: a CPU study without
+    measured figures (ranked at the physics' stand-in, not priced). A CPU node's memory is shared
+    by its processes: each gets the measured allocatable memory over ``gpus_per_node``."""
+    cpu = resources.device == "cpu" or is_cpu_model(resources.gpu_model)
+    if node and node.get("device") == "cpu" and node.get("allocatable_gib"):
+        node = {**node, "allocatable_gib": node["allocatable_gib"] / resources.gpus_per_node}
+    if cpu and not node:
+        return None
+    return gpu_figures(resources.gpu_model, resources.gpu, node)
+
+
 def estimate_study(
     loaded: LoadedStudy, *, sets: dict[str, str], measured: Sequence[Measured] | None = None
 ) -> list[Estimate]:
     """``explorer estimate``'s rows for a loaded study (``measured``: instead of its stored trials).
+
+    The physics is priced with :func:`study_figures`, the node's figures that ``explorer
+    doctor`` recorded on the study included.
 
     Raises:
         SpecError: an unknown GPU without declared figures, no architecture, or no valid
@@ -203,9 +235,10 @@ def estimate_study(
 
     spec, label = loaded.spec, str(loaded.file)
     r = spec.resources
+    node = recorded_node(loaded)
     if r.device != "cpu":
         for model in r.models:
-            problem = missing_figures(model, r.gpu)
+            problem = missing_figures(model, r.gpu, node if model == r.model else None)
             if problem is not None:
                 raise SpecError(file=label, field="resources.gpu", problem=problem)
     if not spec.workload.model.architecture:
@@ -215,7 +248,7 @@ def estimate_study(
             problem="estimate needs the model's shape: copy hidden_size, num_hidden_layers, "
             "num_attention_heads, intermediate_size, vocab_size from its config.json",
         )
-    physics = JobPhysics(workload=spec.workload, resources=r)
+    physics = JobPhysics(workload=spec.workload, resources=r, figures=study_figures(r, node))
     configs = [c for c in loaded.space.enumerate() if invalid_reason(c, r) is None and _matches(c, sets)]
     if not configs:
         wanted = " ".join(f"{k}={v}" for k, v in sets.items())
@@ -234,15 +267,15 @@ def estimate_study(
 
 def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: int) -> list[str]:
     """The rows as text: a header saying what priced them, then the ``top`` best."""
-    from explorer.gpus import gpu_figures
-
     r = loaded.spec.resources
-    gpu = gpu_figures(r.gpu_model, r.gpu) if r.device != "cpu" else None
-    hardware = (
-        f"{r.model} ({gpu.peak_flops / 1e12:g} TFLOP/s bf16, {gpu.memory_gb:g} GB, {gpu.link} {gpu.link_gbs:g} GB/s)"
-        if gpu is not None
-        else f"{r.model} (CPU processes{'' if measured else ': ranked, not priced'})"
-    )
+    node = recorded_node(loaded)
+    gpu = study_figures(r, node) if r.device != "cpu" or node else None
+    if gpu is not None and node:
+        hardware = f"{r.model} ({_measured_text(gpu, node)})"
+    elif gpu is not None:
+        hardware = f"{r.model} ({gpu.peak_flops / 1e12:g} TFLOP/s bf16, {gpu.memory_gb:g} GB, {gpu.link} {gpu.link_gbs:g} GB/s)"
+    else:
+        hardware = f"{r.model} (CPU processes{'' if measured else ': ranked, not priced'})"
     basis = (
         f"calibrated to {measured} measured trial(s)"
         if measured
@@ -266,15 +299,29 @@ def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: i
     return lines
 
 
-def _limit_gib(loaded: LoadedStudy) -> float | None:
-    """The memory a device may use in a study (the cap, else the GPU's; ``None``: unknown)."""
-    from explorer.gpus import gpu_figures
+def _measured_text(gpu: Gpu, node: dict[str, Any]) -> str:
+    """The figures that price the study, where ``explorer doctor`` measured the node."""
+    from explorer.gpus import MEASURED
 
+    dtype = node.get("matmul_dtype") if gpu.sources.get("bf16_tflops") == MEASURED else "bf16"
+    bus = f", all-reduce bus {gpu.busbw_gbs:.4g} GB/s" if gpu.busbw_gbs else ""
+    return (
+        f"{gpu.peak_flops / 1e12:.4g} TFLOP/s {dtype}, {gpu.memory_gb:.4g} GiB, {gpu.link} "
+        f"{gpu.link_gbs:.4g} GB/s{bus}; measured by explorer doctor"
+    )
+
+
+def _limit_gib(loaded: LoadedStudy) -> float | None:
+    """The memory a device may use in a study (the cap, else the device's, measured where
+    ``explorer doctor`` measured it; ``None``: unknown)."""
     r = loaded.spec.resources
     if r.device_memory_gib is not None:
         return r.device_memory_gib
-    gpu = gpu_figures(r.gpu_model, r.gpu) if r.device != "cpu" else None
-    return gpu.memory_gb if gpu is not None else None
+    node = recorded_node(loaded)
+    gpu = study_figures(r, node) if r.device != "cpu" or node else None
+    if gpu is None:
+        return None
+    return gpu.cuda_gib if node and gpu.cuda_gib is not None else gpu.memory_gb
 
 
 def run(path: str, *, storage: str | None, sets: Sequence[str], top: int, as_json: bool) -> int:

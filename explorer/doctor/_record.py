@@ -1,6 +1,7 @@
 """Record the doctor's findings with the study, where ``optimize`` reads them: a configuration with
 a value the node type cannot run is invalid before launch, with the doctor's reason
-(:func:`explorer.validity.doctor_reason`)."""
+(:func:`explorer.validity.doctor_reason`); and the node's measured figures, which ``explorer
+estimate`` prices the study with (:attr:`explorer.record.StudyRecord.measured_node`)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "counts": report.counts(),
     }
+    if report.measured and not report.measured.get("error"):
+        nodes[report.gpu_model]["measured"] = report.measured  # what `explorer estimate` prices with
     recorded = {"invalid": invalid, "nodes": nodes}
     write_study(study, DOCTOR_ATTR, recorded)
     return recorded

@@ -43,6 +43,9 @@ class DoctorReport:
     device: str
     rows: list[Row] = field(default_factory=list)
     seconds: float = 0.0
+    measured: dict[str, Any] | None = None
+    """The node's measured figures (:func:`explorer.doctor._node.measure_node`; ``{"error": ...}``
+    when the measurement failed; ``None``: not measured)."""
 
     def invalid(self) -> dict[str, dict[str, str]]:
         """``{knob: {json(value): reason}}`` of the values this node cannot run."""
@@ -58,6 +61,7 @@ class DoctorReport:
             "gpu_model": self.gpu_model,
             "device": self.device,
             "node": self.node,
+            "measured": self.measured,
             "seconds": round(self.seconds, 2),
             "rows": [asdict(r) for r in self.rows],
             "invalid": self.invalid(),
@@ -83,6 +87,32 @@ def _node_lines(report: DoctorReport) -> list[str]:
     ]
     for module, found in n.get("packages", {}).items():
         lines.append(f"  {module}: {found['version'] or 'does not import: ' + str(found['error'])}")
+    return lines + _measured_lines(report.measured)
+
+
+def _measured_lines(m: dict[str, Any] | None) -> list[str]:
+    """The node's measured figures in three lines (or why there are none)."""
+    if not m:
+        return ["measured: not measured"]
+    if m.get("error"):
+        return [f"measured: failed: {m['error']}"]
+    side = m["matmul_size"]
+    lines = [
+        f"measured: matmul {m['matmul_tflops']:.4g} TFLOP/s {m['matmul_dtype']} ({side}x{side}, "
+        f"{m['processes']} process(es) at once, {m['threads_per_process']} thread(s) each); "
+        f"copy {m['memory_bandwidth_tbs']:.4g} TB/s; allocatable {m['allocatable_gib']:.2f} GiB "
+        f"({m['allocation_probe_gib']:.2f} GiB allocated to check)",
+    ]
+    if m.get("allreduce_busbw_gbs") is None:
+        lines.append("  collectives: not measured: one device")
+    else:
+        lines.append(
+            f"  collectives ({m['backend']}, {m['processes']} processes, {m['collective_bytes'] / 2**20:g} MiB): "
+            f"all-reduce busbw {m['allreduce_busbw_gbs']:.4g} GB/s (algbw {m['allreduce_algbw_gbs']:.4g}), "
+            f"all-gather busbw {m['allgather_busbw_gbs']:.4g} GB/s (algbw {m['allgather_algbw_gbs']:.4g})"
+        )
+    between = m.get("inter_node")
+    lines.append(f"  between nodes: {m.get('inter_node_why') if between is None else between}")
     return lines
 
 

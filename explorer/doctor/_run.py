@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from explorer.doctor._cases import Case, Node, group_cases, plan_cases
+from explorer.doctor._node import CPU_PROCESSES, measure_node
 from explorer.doctor._probe import probe_in_child
 from explorer.doctor._report import FAILED, NOT_APPLICABLE, RAN, DoctorReport, Row
 from explorer.job import TrialJob
@@ -21,7 +22,7 @@ from explorer.space import facts_of
 from explorer.spec import LoadedStudy, MeasurementSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["SMOKE", "node_of", "run_doctor"]
+__all__ = ["SMOKE", "measure_here", "node_of", "run_doctor"]
 
 SMOKE = {"warmup_steps": 1, "measured_steps": 1}
 """A smoke run: one step to start (and compile), one measured."""
@@ -38,6 +39,17 @@ def node_of(loaded: LoadedStudy, facts: dict[str, Any]) -> Node:
         missing=missing,
         model_type=facts_of(loaded.spec.workload)["model_type"],
     )
+
+
+def measure_here(node: Node, env: dict[str, str]) -> dict[str, Any]:
+    """The node's measured figures (:func:`explorer.doctor._node.measure_node`): every visible
+    GPU with NCCL, or :data:`CPU_PROCESSES` CPU processes with gloo; ``{"error": ...}`` when the
+    measurement failed (the smoke runs still run)."""
+    processes = max(1, node.gpus) if node.device == "cuda" else CPU_PROCESSES
+    try:
+        return measure_node(node.device, processes, env=env)
+    except (RuntimeError, OSError, ValueError) as exc:
+        return {"error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}
 
 
 def _first_line(m: Measurement) -> str:
@@ -73,9 +85,11 @@ def run_doctor(
     loaded: LoadedStudy,
     *,
     facts: dict[str, Any] | None = None,
+    measured: dict[str, Any] | None = None,
     on_row: Callable[[Row], None] | None = None,
 ) -> DoctorReport:
-    """Probe this node (unless ``facts`` are given), then smoke-run every applicable value (each
+    """Probe this node (unless ``facts`` are given), measure it (:func:`measure_here`, unless
+    ``measured`` is given), then smoke-run every applicable value (each
     row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
     ``doctor.json`` at the end): the
     values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
@@ -84,8 +98,10 @@ def run_doctor(
 
     started = time.monotonic()
     spec = loaded.spec
-    facts = facts or probe_in_child(zygote_environment(cpu_count=os.cpu_count() or 1))
+    env = zygote_environment(cpu_count=os.cpu_count() or 1)
+    facts = facts or probe_in_child(env)
     node = node_of(loaded, facts)
+    measured = measured or measure_here(node, env)
     cases = plan_cases(loaded.space, spec.resources, node)
     smoke = _Smoke(loaded)
     found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
@@ -113,6 +129,7 @@ def run_doctor(
         device=node.device,
         rows=rows,
         seconds=time.monotonic() - started,
+        measured=measured,
     )
     (folder / "doctor.json").write_text(report.to_json())
     return report

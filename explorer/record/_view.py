@@ -258,6 +258,14 @@ class StudyRecord:
         doctor = self.attrs.get(StudyKey.DOCTOR)
         return doctor if isinstance(doctor, dict) else None
 
+    def measured_node(self, gpu_model: str) -> dict[str, Any] | None:
+        """The figures ``explorer doctor`` measured on a node of ``gpu_model`` (matmul TFLOP/s,
+        allocatable memory, bus bandwidths: :func:`explorer.doctor._node.measure_node`), recorded
+        under the doctor's key; ``None``: never measured there."""
+        node = ((self.doctor or {}).get("nodes") or {}).get(gpu_model)
+        measured = node.get("measured") if isinstance(node, dict) else None
+        return measured if isinstance(measured, dict) else None
+
     @property
     def confirmation(self) -> dict[str, Any] | None:
         """The last confirmation of the best (``None``: never confirmed)."""
