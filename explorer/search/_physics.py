@@ -11,18 +11,24 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   gradients the same for the trainable ones; optimizer states for the trainable ones: AdamW (plain
   or fused, the same two moments) 2 x the weight bytes, 8-bit AdamW 2 bytes, Adafactor's factored
   second moment about nothing (ZeRO paper, Rajbhandari et al. 2020, section 3.1; bitsandbytes and
-  Adafactor papers);
+  Adafactor papers); the foreach AdamW's step one more weight-width copy as temporaries, where
+  they exceed the activations and logits that the backward freed;
 * sharding: FULL_SHARD and HYBRID_SHARD divide weights, gradients and states by the GPUs,
   SHARD_GRAD_OP gradients and states only; DDP keeps a second copy of the gradients in its
   buckets; FSDP's CPU offload leaves two layers' worth of weights on the device (PyTorch FSDP docs);
-* activations: ``tokens x hidden x 34`` bytes per layer, plus ``5 x heads x length`` per token
-  with eager attention, which stores the score matrix (Korthikanti et al. 2022, "Reducing
-  activation recomputation", table 2); a checkpointed layer keeps its input only (2 x hidden bytes
-  a token); packed rows under eager or sdpa carry a block-diagonal mask over the whole row
-  (``length^2`` per row), which flash attention's variable-length kernels do without;
-* logits: ``tokens x vocab x 4`` bytes upcast to fp32, twice (logits and their gradient), which
+* activations: ``tokens x (hidden x ACTIVATION_BASE + intermediate x ACTIVATION_MLP)`` bytes per
+  layer (Korthikanti et al. 2022, "Reducing activation recomputation", table 2, with the MLP's
+  share growing with its width; fitted), times ``COMPILE_ACTIVATION`` under torch.compile, plus
+  ``5 x heads x length`` per token with eager attention, which stores the score matrix; a
+  checkpointed layer keeps its input only (2 x hidden bytes a token); packed rows under eager or
+  sdpa carry a block-diagonal mask over the whole row (``length^2`` per row), which flash
+  attention's variable-length kernels do without;
+* logits: ``tokens x vocab x LOGIT_BYTES`` (the fp32 upcast and its gradient; fitted), which
   Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
 * 1.5 GiB for the CUDA context, kernels and allocator slack.
+
+A device may use the memory CUDA reports (``gpus.csv``'s ``cuda_total_gib``: 79.18 GiB on an H100
+80GB), or a study's cap.
 
 Memory is estimated on the full-length batch (``per-device batch x model_max_length``): the
 worker certifies the worst case (:mod:`explorer.worker._worst_case`).
@@ -30,16 +36,21 @@ worker certifies the worst case (:mod:`explorer.worker._worst_case`).
 Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step time``:
 
 * compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
-  (padding included), recomputation included, at an efficiency that grows with the tokens a step
-  (``MAX_MFU x t / (t + HALF_TOKENS)``) and at the data sheet's peak;
+  (padding included), recomputation included, at the data sheet's peak times an efficiency
+  (:meth:`JobPhysics.efficiency`): ``MFU_REF``, lower on a GPU with more FLOPs per byte of memory
+  bandwidth, for narrow models and for short steps; ``COMPILE_SPEED`` faster under torch.compile;
 * communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
   and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
   the GPU's link (:mod:`explorer.gpus`), across nodes at the network's speed, of which
   ``OVERLAP`` of the compute time hides;
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
-* the optimizer step: reading and writing the states at the memory's bandwidth.
+* the optimizer step: reading and writing the states at the GPU's memory bandwidth.
 
-Small multipliers for kernels (flash over sdpa over eager, Liger, compile, pure bf16; each knob's
+The fitted constants come from ``benchmarks/physics_fit.py`` on the public measurements of
+``benchmarks/evidence/measurements.csv`` (one part fitted, one held back; the figures are in
+``docs/estimate.md``).
+
+Small multipliers for kernels (flash over sdpa over eager, Liger, pure bf16; each knob's
 ``efficiency`` in the registry) are priors of a few percent each: the measured trials overturn
 them where they are wrong (compile with graph breaks, say). Optimizer-state widths are the
 optimizer knob's ``state_bytes`` there.
@@ -61,45 +72,100 @@ from explorer.search._calibrate import OVERLAP, PhysicsParts
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["JobPhysics", "gpu_memory_gib", "physics_parts"]
+__all__ = ["JobPhysics", "gpu_memory_gib", "physics_parts", "usable_gib"]
 
 GIB = 2.0**30
 CONTEXT_GIB = 1.5
 """CUDA context, cuBLAS/NCCL workspaces and allocator slack (PyTorch CUDA semantics docs: the
 context alone is 0.3-1 GiB)."""
-ACTIVATION_BYTES = 34.0
-"""Bytes of saved activations per token, layer and hidden unit in 16-bit training without
-attention scores (Korthikanti et al. 2022, table 2: ``sbh(34 + 5as/h)``)."""
+ACTIVATION_BASE = 22.7
+"""Bytes of saved activations per token, layer and hidden unit outside the MLP's intermediate
+(attention inputs and outputs, norms, residuals, the MLP's input) in 16-bit eager training without
+attention scores. Korthikanti et al. 2022, table 2, count ``34`` a token-layer-hidden unit for a
+4h GeLU MLP, of which 15 outside the MLP; fitted here to the measured peaks
+(``benchmarks/physics_fit.py``)."""
+ACTIVATION_MLP = 8.76
+"""Bytes of saved activations per token, layer and *intermediate* unit of a gated MLP (gate, up,
+the activation's output and the product: four 16-bit tensors of the intermediate width), so that
+activations grow with ``intermediate / hidden``: Llama-3-8B's 3.5 gives ``22.7 + 30.7 = 53`` bytes
+a token-layer-hidden unit eager, 37 compiled (measured peaks imply 47-69 and 33-51); fitted with
+:data:`ACTIVATION_BASE` from a start of 8 (four 2-byte tensors)."""
+COMPILE_ACTIVATION = 0.69
+"""The share of the eager activations that a ``torch.compile``-d model saves (inductor fuses the
+elementwise chains of the norms, the activation function and the residuals and keeps fewer of
+their outputs). Fitted to torchtitan's Llama-3.1-8B FSDP2 pair (82.4 -> 77.0 GiB peak with
+selective checkpointing) with the activation constants (``benchmarks/physics_fit.py``)."""
+COMPILE_SPEED = 1.16
+"""The compute efficiency of a compiled step over an eager one: torchtitan's Llama-3.1-8B FSDP2
+with selective checkpointing, 1.157x on 8 and 1.162x on 128 H100s
+(``benchmarks/llama3_h100_202412_torchtitan.md``); the torch_compile knob's registry prior
+(``efficiency``) is replaced by it here."""
 SCORE_BYTES = 5.0
-"""Bytes per token, layer, head and key of eager attention's saved scores (same source)."""
-MAX_MFU = 0.5
-"""Model FLOPs utilisation of large dense bf16 steps (Megatron-LM and PaLM report 0.4-0.55)."""
-HALF_TOKENS = 4096.0
-"""Tokens a device step at which the efficiency is half of ``MAX_MFU`` (small matrices
-underfill the tensor cores); a prior the measurements correct."""
+"""Bytes per token, layer, head and key of eager attention's saved scores (Korthikanti et al.
+2022, table 2)."""
+LOGIT_BYTES = 10.7
+"""Bytes per token and vocabulary entry of the logits: the fp32 upcast and its gradient (4 + 4) and
+part of the bf16 logits and log-softmax alive beside them; fitted from a start of 8
+(``benchmarks/physics_fit.py``: the project's H100 peaks and Liger's 4K-context OOM)."""
+FOREACH_OPTIMIZERS = frozenset({"adamw_torch"})
+"""The optimizers whose step holds one more copy of the trainable parameters, at the weights'
+width, as temporaries: the foreach AdamW ("uses ~ sizeof(params) more peak memory than the
+for-loop version due to the intermediates being a tensorlist", torch.optim docs, ``foreach``).
+The fused kernel and 8-bit AdamW hold none. The step comes after the backward has freed the
+activations and logits, so only what the temporaries exceed those by adds to the peak; a full
+fine-tune of granite-3.1-2b in bf16 (seed 000) peaks at 10 bytes a parameter where weights,
+gradients and two states count 8."""
+MFU_REF = 0.80
+"""Model FLOPs utilisation of a large, long dense bf16 step on a GPU of :data:`FLOPS_PER_BYTE_REF`
+(the A100 80GB): llm-foundry's MPT-7B-70B on A100 80GB reach 0.50-0.64, torchtitan's Llama 2/3 on
+A100 0.45-0.54 (6N). Fitted (``benchmarks/physics_fit.py``)."""
+FLOPS_PER_BYTE_REF = 153.0
+"""The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
+MFU_ALPHA = 0.72
+"""How the efficiency falls with a GPU's FLOPs per byte of bandwidth (``(ref / ratio)^alpha``):
+a card with more compute per byte of memory waits more on the memory-bound parts of a step
+(norms, activations, the optimizer): llm-foundry's H100 (295 FLOP/byte) reaches 0.35-0.46 where
+the A100 80GB (153) reaches 0.50-0.64 and the A100 40GB (201) 0.47-0.59. Fitted."""
+HALF_HIDDEN = 700.0
+"""The hidden size at which the efficiency is half its large-model value (``h / (h + this)``):
+narrow matrices underfill the tensor cores and the per-layer kernels that do not scale with the
+width weigh more. Fitted."""
+HALF_TOKENS = 1060.0
+"""Tokens a device step at which the efficiency is half of its long-step value
+(``t / (t + this)``): small steps underfill the GPU and the per-step overheads weigh more. Fitted."""
 NVLINK_BYTES_S = 150e9
 """Bus bandwidth of an all-reduce over NVLink (A100/H100 SXM: nccl-tests report 150-230 GB/s)."""
 PCIE_BYTES_S = 12e9
 """Bus bandwidth of an all-reduce over PCIe 4.0 x16 without NVLink (nccl-tests: 10-20 GB/s)."""
 INTER_NODE_BYTES_S = 25e9
 """Bus bandwidth of an all-reduce that crosses nodes, per GPU (one 200-400 Gb/s InfiniBand or
-RoCE NIC a GPU: 25-50 GB/s line rate; an assumption at the low end, below any NVLink's): a
-configuration on more than one node moves its collectives at the slower of this and the node's
-link."""
+RoCE NIC a GPU: 25-50 GB/s line rate; llm-foundry's A100 clusters have 1600 Gb/s a node of 8, 25
+GB/s a GPU; torchtitan's H100s 400 Gb/s a GPU): a configuration on more than one node moves its
+collectives at the slower of this and the node's link. Sourced, not fitted: llm-foundry's A100
+rows state their fabric (1600 Gb/s a node of 8 GPUs); a fit on its multi-node rows gives 34 GB/s,
+and the H100 rows' fabric is not stated (``benchmarks/physics_fit.py``)."""
 HOST_LINK_BYTES_S = 20e9
 """Host-device copy bandwidth (PCIe 4.0/5.0 x16 pinned: 20-50 GB/s)."""
 CPU_ADAM_PARAMS_S = 1e9
 """Parameters a second that a CPU Adam step updates (DeepSpeed's CPU Adam: about 1-2e9 on a
 socket)."""
 HBM_BYTES_S = 1.5e12
-"""Device memory bandwidth for the optimizer step (A100 1.6-2.0 TB/s, H100 3.3 TB/s; L40S 0.86)."""
+"""Device memory bandwidth for the optimizer step where the GPU's is unknown (a CPU study)."""
 CPU_STAND_IN_FLOPS = 312e12
 """The peak a CPU study's processes (``CPU-logical``: not GPUs) are ranked at: a constant, not a
 price (the measured trials calibrate its scale); the A100's, as before the GPU table existed."""
+CUDA_SHARE_HBM = 0.989
+"""The share of the marketed memory that CUDA reports, for a card whose total is not in the table
+and whose bandwidth is at least 1 TB/s (HBM): A100 80GB 79.14 / 80, H100 79.18 / 80
+(``benchmarks/evidence/gpus.csv``)."""
+CUDA_SHARE_GDDR = 0.925
+"""The same for a slower (GDDR, ECC-reserving) card: L4 0.918, L40 and L40S 0.925, T4 0.922,
+A10G 0.937 (``benchmarks/evidence/gpus.csv``)."""
 
 
-_EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
-"""The knobs' prior multipliers of the compute efficiency (the registry's ``efficiency``)."""
+_EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency and k.name != "torch_compile"]
+"""The knobs' prior multipliers of the compute efficiency (the registry's ``efficiency``), but
+torch.compile's, which the evidence fits (:data:`COMPILE_SPEED`)."""
 
 
 def _state_bytes(c: TrialConfig, default: float) -> float:
@@ -115,6 +181,14 @@ def gpu_memory_gib(gpu_model: str | None) -> float | None:
     GPU it knows)."""
     gpu = lookup(gpu_model)
     return gpu.memory_gb if gpu is not None else None
+
+
+def usable_gib(figures: Gpu) -> float:
+    """The memory CUDA gives a process on this GPU, GiB: the table's (or the study's declared)
+    CUDA total, else the marketed memory times :data:`CUDA_SHARE_HBM` or :data:`CUDA_SHARE_GDDR`."""
+    if figures.cuda_gib is not None:
+        return figures.cuda_gib
+    return figures.memory_gb * (CUDA_SHARE_HBM if figures.bandwidth_tbs >= 1.0 else CUDA_SHARE_GDDR)
 
 
 def _figures(resources: ResourcesSpec) -> Gpu | None:
@@ -193,12 +267,13 @@ class JobPhysics:
         gpu = resources.gpu_model or ""
         figures = figures or _figures(resources)  # given: with the node's measured ones (explorer.estimate)
         self.peak = figures.peak_flops if figures is not None else CPU_STAND_IN_FLOPS
+        self.bandwidth = figures.bandwidth_tbs * 1e12 if figures is not None else HBM_BYTES_S
         self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
         if figures is not None and figures.busbw_gbs:  # measured on the node by explorer doctor
             self.link = figures.busbw_gbs * 1e9
         self.context_gib = 0.0 if resources.device == "cpu" or gpu == CPU_MODEL else CONTEXT_GIB
         cap = resources.device_memory_gib
-        self.limit_gib = cap if cap is not None else figures.memory_gb if figures is not None else None
+        self.limit_gib = cap if cap is not None else usable_gib(figures) if figures is not None else None
         """The memory a device may use, GiB (``None``: unknown, the models estimate it)."""
 
     def _tokens(self, c: TrialConfig) -> tuple[float, float]:
@@ -233,7 +308,9 @@ class JobPhysics:
         elif c.distributed_backend == "DDP":
             grads *= 2
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
-        per_layer = tokens * a.hidden * ACTIVATION_BYTES
+        per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * ACTIVATION_MLP)
+        if c.torch_compile:
+            per_layer *= COMPILE_ACTIVATION
         if c.attn_implementation == "eager":
             per_layer += tokens * a.heads * s * SCORE_BYTES
         fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
@@ -242,12 +319,24 @@ class JobPhysics:
         )
         if c.padding == "packed" and c.attn_implementation in ("eager", "sdpa"):
             acts += c.per_device_batch_size * s * s * 2.0
-        logits = 0.0 if c.liger_kernel else tokens * a.vocab * 4.0 * 2
-        return (weights + grads + states) / GIB, acts / GIB, logits / GIB, self.context_gib
+        logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
+        # the foreach step's temporaries come after the backward freed the activations and logits
+        temporaries = states / 2 if c.optim in FOREACH_OPTIMIZERS else 0.0  # one weight-width copy
+        exposed = max(0.0, temporaries - acts - logits)
+        return (weights + grads + states + exposed) / GIB, acts / GIB, logits / GIB, self.context_gib
 
     def memory_gib(self, c: TrialConfig) -> float:
         """Peak memory of one device on a full-length step, GiB (the parts' sum)."""
         return sum(self.memory_parts(c))
+
+    def efficiency(self, tokens: float) -> float:
+        """The model FLOPs utilisation of a device step of ``tokens`` before the knobs' multipliers:
+        :data:`MFU_REF` at the A100's FLOPs per byte, lower on a card with more
+        (:data:`MFU_ALPHA`), for narrow models (:data:`HALF_HIDDEN`) and short steps
+        (:data:`HALF_TOKENS`)."""
+        card = (FLOPS_PER_BYTE_REF / (self.peak / self.bandwidth)) ** MFU_ALPHA
+        h = self.arch.hidden
+        return MFU_REF * card * h / (h + HALF_HIDDEN) * tokens / (tokens + HALF_TOKENS)
 
     def time_parts(self, c: TrialConfig) -> tuple[float, float, float, float, float]:
         """(dataset tokens a device step; seconds of compute, of collective communication, of
@@ -267,7 +356,7 @@ class JobPhysics:
             lora=self.lora,
             checkpointing=fraction,
         ).hardware_flops_per_token
-        speed = MAX_MFU * computed / (computed + HALF_TOKENS)
+        speed = self.efficiency(computed) * (COMPILE_SPEED if c.torch_compile else 1.0)
         for name, table in _EFFICIENCY:
             speed *= table.get(getattr(c, name, None), 1.0)
         compute = flops * computed / (self.peak * speed)
@@ -285,7 +374,7 @@ class JobPhysics:
         else:
             state_width = _state_bytes(c, 8.0)
             shards = n if c.distributed_backend == "FSDP" else 1
-            optimizer = 2 * (state_width + 8.0) * self.trainable / shards / HBM_BYTES_S
+            optimizer = 2 * (state_width + 8.0) * self.trainable / shards / self.bandwidth
         return max(data, 1.0), compute, comm, offload, optimizer
 
     def log_throughput(self, c: TrialConfig) -> float:

@@ -1,0 +1,616 @@
+"""Fit and check the search's physics (explorer/search/_physics.py) on the public measurements.
+
+Each usable row of ``benchmarks/evidence/measurements.csv`` becomes a study's workload and
+resources and one :class:`~explorer.trial_config.TrialConfig`; the predicted tokens/s per GPU and
+peak memory are the package's own :class:`~explorer.search._physics.JobPhysics` (nothing of the
+physics is copied here). The rows are split once, by a fixed rule written below (model family
+and source, :func:`part_of`): the constants are fitted on the ``fit`` part only and the
+``held`` part is reported apart.
+
+    .venv/bin/python benchmarks/physics_fit.py            # figures of the package's constants
+    .venv/bin/python benchmarks/physics_fit.py --fit      # also least-squares constants (fit part)
+    .venv/bin/python benchmarks/physics_fit.py --write    # write the results files
+
+``--write`` writes ``benchmarks/results/physics_fit.json`` (constants, split, figures, every
+point) and ``benchmarks/results/physics_evidence.csv`` (one row a point);
+``tests/test_physics_evidence.py`` recomputes both from the package's current code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from explorer.search import _physics as physics  # noqa: E402
+from explorer.spec import ResourcesSpec, WorkloadSpec  # noqa: E402
+from explorer.trial_config import TrialConfig  # noqa: E402
+
+CSV = ROOT / "benchmarks/evidence/measurements.csv"
+JSON_OUT = ROOT / "benchmarks/results/physics_fit.json"
+CSV_OUT = ROOT / "benchmarks/results/physics_evidence.csv"
+
+STARTS = {
+    "MFU_REF": 0.62,
+    "MFU_ALPHA": 0.55,
+    "HALF_HIDDEN": 600.0,
+    "HALF_TOKENS": 1024.0,
+    "OVERLAP": 0.7,
+    "ACTIVATION_BASE": 20.0,
+    "ACTIVATION_MLP": 8.0,
+    "COMPILE_ACTIVATION": 0.72,
+    "LOGIT_BYTES": 8.0,
+}
+"""The constants of :mod:`explorer.search._physics` that the evidence fits, and the sourced values
+the fit starts from and is held near (each constant's docstring there says where they come from:
+llm-foundry's and torchtitan's MFU for the efficiency, Korthikanti et al. for the activations,
+the previous prior for the overlap)."""
+FITTED = tuple(STARTS)
+SOURCED = (
+    "CONTEXT_GIB",
+    "COMPILE_SPEED",
+    "SCORE_BYTES",
+    "FLOPS_PER_BYTE_REF",
+    "NVLINK_BYTES_S",
+    "INTER_NODE_BYTES_S",
+    "CUDA_SHARE_HBM",
+    "CUDA_SHARE_GDDR",
+)
+"""The constants that come from a source, not a fit (recorded beside the fitted ones)."""
+
+# ---------------------------------------------------------------------------------------------
+# Shapes the CSV does not carry (heads, key-value heads, tied embeddings, the MLP's kind), from
+# each model's HF config / llm-foundry's MPT yamls.
+# name prefix -> (heads, kv heads, tied, gated MLP)
+SHAPES: dict[str, tuple[int | None, int | None, bool, bool]] = {
+    "MPT-": (None, None, True, False),  # heads = hidden / 128 (64 for 125m/350m); no GQA
+    "Llama 3": (None, 8, False, True),
+    "Llama 2 13B": (40, 40, False, True),
+    "Llama 2 70B": (64, 8, False, True),
+    "Qwen2.5": (None, 8, False, True),
+    "granite-3.1-2b": (32, 8, True, True),
+    "SmolLM2-360M": (15, 5, True, True),
+    "bigscience/bloomz-7b1": (32, 32, True, False),
+}
+
+GPUS = {
+    "A100 40GB SXM4 (assumed)": ("NVIDIA-A100-SXM4-40GB", None),
+    "A100 80GB SXM4 (assumed)": ("NVIDIA-A100-SXM4-80GB", None),
+    "A100 80GB SXM4": ("NVIDIA-A100-SXM4-80GB", None),
+    "A100 80GB": ("NVIDIA-A100-SXM4-80GB", None),
+    "A100 (80GB assumed)": ("NVIDIA-A100-SXM4-80GB", None),
+    "A100 (80GB per examples README)": ("NVIDIA-A100-SXM4-80GB", None),
+    "H100 80GB SXM (assumed)": ("NVIDIA-H100-80GB-HBM3", None),
+    "H100 80GB SXM (HBM3)": ("NVIDIA-H100-80GB-HBM3", None),
+    "H100 80GB": ("NVIDIA-H100-80GB-HBM3", None),
+    # Grand Teton's H100: 96 GB HBM2e (six 16 GiB stacks), CUDA total not published: 95 GiB taken
+    "H100 96GB HBM2e SXM at 500 W (Grand Teton)": ("NVIDIA-H100-80GB-HBM3", {"memory_gib": 95.0}),
+}
+"""The CSV's GPU descriptions -> the table's label and figures declared over the table's row."""
+
+HELD_FAMILIES = ("MPT-7b", "MPT-30b", "Llama 2", "granite", "Qwen2.5")
+"""The split, fixed: every row of these model families is held back (MPT-7b and MPT-30b sit
+between the fitted MPT sizes; Llama 2 comes only from torchtitan's A100 tables; granite and Qwen
+from seeds 000 and 004), and so are torchtitan's 128-GPU (multi-node) Llama 3.1 8B pair."""
+HELD_IDS = frozenset({228, 229})
+SAC_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""The selective-checkpointing ratios seed 004 chooses among."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured configuration, mapped to the physics."""
+
+    id: int
+    part: str
+    label: str
+    workload: WorkloadSpec
+    resources: ResourcesSpec
+    config: TrialConfig
+    tokens_s: float | None
+    peak_gib: float | None
+    fits: bool | None
+    """The measured verdict: a peak, an OOM or a stated fit (``None``: only a throughput, whose
+    run fitted with kernels and a batch tuned to the limit that the row does not detail)."""
+    source: str
+
+    def physics(self) -> physics.JobPhysics:
+        job = _JOBS.get(self.id)
+        if job is None:
+            job = _JOBS[self.id] = physics.JobPhysics(workload=self.workload, resources=self.resources)
+        return job
+
+
+_JOBS: dict[int, physics.JobPhysics] = {}
+"""One physics a point (its constants are read at each call, so a fit may change them)."""
+
+
+def _shape(model: str) -> tuple[int | None, int | None, bool, bool] | None:
+    return next((v for k, v in SHAPES.items() if model.startswith(k)), None)
+
+
+def architecture(row: dict[str, str]) -> dict[str, Any] | None:
+    """An HF-style architecture for the physics, or ``None``: the CSV lacks the shape."""
+    shape = _shape(row["model"])
+    if shape is None or not row["layers"].isdigit():
+        return None
+    heads, kv, tied, gated = shape
+    hidden, ffn = int(row["hidden"]), int(row["ffn"])
+    if heads is None:
+        heads = hidden // 64 if hidden <= 1024 else hidden // 128
+    # an ungated (GeLU) MLP of two h x ffn matrices is given as a gated one of the same weights
+    return {
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "num_hidden_layers": int(row["layers"]),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv or heads,
+        "intermediate_size": ffn if gated else 2 * ffn // 3,
+        "vocab_size": int(row["vocab"]),
+        "tie_word_embeddings": tied,
+    }
+
+
+def _checkpointing(text: str) -> float | None:
+    """The fraction of layers checkpointed (0: off); ``None``: not stated."""
+    t = text.lower()
+    if "ratio" in t:
+        a, _, b = t.split("ratio", 1)[1].strip().partition("/")
+        return float(a) / float(b or 1)
+    if t.startswith("none"):
+        return 0.0
+    if t.startswith("selective"):
+        return 0.5  # torchtitan: every 2nd layer ("per layer") or about half the ops ("per op")
+    if t.startswith(("full", "on")):
+        return 1.0
+    return None
+
+
+def _precision(row: dict[str, str]) -> str:
+    p, src = row["precision"], row["source"]
+    if "PURE" in p or "pure bf16" in p or src.startswith("seed 000"):
+        return "pure_bf16"  # FSDP PURE, torchtune's bf16 weights, fms-hf-tuning's bf16 model
+    return "mixed"
+
+
+def _optim(row: dict[str, str]) -> str:
+    src = row["source"]
+    if src.startswith(("torchtitan", "llm-foundry")):
+        return "adamw_torch_fused"  # torchtitan's default implementation "fused"; Composer's loop
+    return "adamw_torch"
+
+
+def _attention(row: dict[str, str]) -> str:
+    a = row["attention"].lower()
+    if "flash" in a or "te)" in a:
+        return "flash_attention_2"
+    return "eager" if a.startswith("eager") else "sdpa"
+
+
+def usable(row: dict[str, str]) -> str | None:
+    """Why a row is left out (``None``: used)."""
+    if row["source"].startswith(("torchtune", "Megatron", "seed 003", "HF PEFT")) and not row[
+        "model"
+    ].startswith("bigscience/bloomz"):
+        return "source not mapped (suspect tokens/s, no shape, or encoder-decoder)"
+    if "float8" in row["precision"] or "fp8" in row["precision"]:
+        return "float8 (not modelled)"
+    if any(row[k] not in ("1", "") for k in ("tp", "pp", "cp")):
+        return "tensor/pipeline/context parallel (not modelled)"
+    if not row["micro_batch_per_gpu"].isdigit() and not row["source"].startswith("HF PEFT"):
+        return "micro batch not stated"
+    if row["gpu"] not in GPUS:
+        return "GPU not mapped"
+    if architecture(row) is None:
+        return "no shape"
+    if _checkpointing(row["activation_checkpointing"]) is None and not row["model"].startswith("big"):
+        return "checkpointing not stated"
+    return None
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def part_of(row: dict[str, str]) -> str:
+    """``held`` or ``fit``, by the fixed rule of :data:`HELD_FAMILIES` and :data:`HELD_IDS`."""
+    held = int(row["id"]) in HELD_IDS or row["model"].startswith(HELD_FAMILIES)
+    return "held" if held else "fit"
+
+
+def point(row: dict[str, str]) -> Point:
+    """The physics' view of a usable row."""
+    peft = row["source"].startswith("HF PEFT")
+    seq = 64 if peft else int(row["seq_len"])  # PEFT's twitter_complaints example: 64 tokens, batch 8
+    micro = 8 if peft else int(row["micro_batch_per_gpu"] or 1)
+    gpus, nodes = int(row["num_gpus"] or 1), int(row["nodes"] or 1)
+    label, declared = GPUS[row["gpu"]]
+    lora = "LoRA" in row["workload"]
+    method: dict[str, Any] = {"kind": "lora", "r": 8, "target_modules": ["query_key_value"]} if lora else {}
+    workload = WorkloadSpec.model_validate(
+        {
+            "model": {"name": row["model"], "architecture": architecture(row)},
+            "dataset": {"kind": "synthetic", "min_tokens": seq},
+            "model_max_length": seq,
+            "method": method or {"kind": "full"},
+        }
+    )
+    cap = 40.0 if row["source"].startswith("project H100") else None  # the study's per-process cap
+    resources = ResourcesSpec.model_validate(
+        {
+            "gpu_model": label,
+            "gpus_per_node": max(1, gpus // nodes),
+            "nodes": nodes,
+            "device": "cuda",
+            "gpu": declared,
+            "device_memory_gib": cap,
+        }
+    )
+    fraction = _checkpointing(row["activation_checkpointing"]) or 0.0
+    sharding = row["sharding"]
+    backend = None if gpus == 1 else "FSDP"
+    config = TrialConfig(
+        batch_size=micro * gpus,
+        number_gpus=gpus,
+        number_nodes=nodes,
+        distributed_backend=backend,
+        fsdp_sharding_strategy=("SHARD_GRAD_OP" if "SHARD_GRAD_OP" in sharding else "FULL_SHARD")
+        if backend
+        else None,
+        gradient_checkpointing=fraction > 0,
+        checkpoint_fraction=fraction if fraction > 0 else 1.0,
+        model_max_length=seq,
+        torch_compile=row["compile"].startswith("yes"),
+        precision=_precision(row),
+        optim=_optim(row),
+        attn_implementation=_attention(row),
+        liger_kernel="Liger" in row["other_metric"] and "+ Liger" in row["other_metric"],
+        lora_r=8 if lora else None,
+        gpu_model=label,
+    )
+    other = (row["other_metric"] + " " + row["peak_memory_kind"]).lower()
+    oom = "oom" in other and "fits" not in other
+    measured_peak = _number(row["peak_memory_gib"])
+    fits = False if oom else True if measured_peak or "fit" in other else None
+    return Point(
+        id=int(row["id"]),
+        part=part_of(row),
+        label=f"{row['model']} {row['gpu'].split(' (')[0]} x{gpus} seq{seq} mb{micro}",
+        workload=workload,
+        resources=resources,
+        config=config,
+        tokens_s=_number(row["tokens_per_s_per_gpu"]),
+        peak_gib=None if lora and peft else measured_peak,
+        fits=fits,
+        source="project H100 runs" if row["source"].startswith("project") else row["source"].split(":")[0],
+    )
+
+
+def points() -> tuple[list[Point], dict[int, str]]:
+    """The usable rows as points, and why each other row is left out."""
+    rows = list(csv.DictReader(CSV.open()))
+    used, skipped = [], {}
+    for row in rows:
+        why = usable(row)
+        if why is None:
+            used.append(point(row))
+        else:
+            skipped[int(row["id"])] = why
+    return used, skipped
+
+
+def predict(p: Point) -> dict[str, Any]:
+    """The package's predictions for one point."""
+    job = p.physics()
+    memory = job.memory_gib(p.config)
+    limit = job.limit_gib
+    return {
+        "tokens_s": math.exp(job.log_throughput(p.config)),
+        "peak_gib": memory,
+        "limit_gib": limit,
+        "fits": None if limit is None else bool(memory <= limit),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def summary(ratios: list[float]) -> dict[str, Any]:
+    """Median, the quartiles (half the points within), the worst factor either way."""
+    if not ratios:
+        return {"n": 0}
+    qs = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [ratios[0]] * 3
+    return {
+        "n": len(ratios),
+        "median": round(statistics.median(ratios), 4),
+        "q1": round(qs[0], 4),
+        "q3": round(qs[2], 4),
+        "min": round(min(ratios), 4),
+        "max": round(max(ratios), 4),
+        "worst_factor": round(max(max(ratios), 1 / min(ratios)), 4),
+        "within_2x": sum(0.5 <= r <= 2.0 for r in ratios),
+    }
+
+
+def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Throughput and memory summaries and fit/OOM agreement, per part."""
+    out: dict[str, Any] = {}
+    for part in ("fit", "held", "all"):
+        rs = [r for r in records if part in ("all", r["part"])]
+        agree = [r for r in rs if r["fits_measured"] is not None and r["fits_predicted"] is not None]
+        out[part] = {
+            "throughput": summary([r["ratio"] for r in rs if r["kind"] == "throughput"]),
+            "memory": summary([r["ratio"] for r in rs if r["kind"] == "memory"]),
+            "fits_agree": sum(r["fits_measured"] == r["fits_predicted"] for r in agree),
+            "fits_points": len(agree),
+            "ran_but_predicted_oom": sum(
+                r["kind"] == "throughput" and r["fits_measured"] is None and r["fits_predicted"] is False
+                for r in rs
+            ),
+        }
+    return out
+
+
+def records(pts: list[Point]) -> list[dict[str, Any]]:
+    """One record a measured value (throughput, peak) or feasibility-only point."""
+    out = []
+    for p in pts:
+        pred = predict(p)
+        base = {"id": p.id, "part": p.part, "label": p.label, "fits_predicted": pred["fits"]}
+        base["source"] = p.source
+        base["fits_measured"] = p.fits
+        kinds = [("throughput", p.tokens_s, pred["tokens_s"]), ("memory", p.peak_gib, pred["peak_gib"])]
+        measured_any = False
+        for kind, measured, predicted in kinds:
+            if measured:
+                measured_any = True
+                out.append(
+                    {
+                        **base,
+                        "kind": kind,
+                        "predicted": round(predicted, 4),
+                        "measured": measured,
+                        "ratio": round(predicted / measured, 4),
+                    }
+                )
+        if not measured_any:
+            out.append({**base, "kind": "feasibility", "predicted": round(pred["peak_gib"], 4)})
+            out[-1].update({"measured": None, "ratio": None})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed 004: the smallest selective-checkpointing ratio that fits, per model and GPU
+
+SEED_004 = {
+    ("Qwen2.5-14B", "NVIDIA-A100-SXM4-80GB"): 0.5,
+    ("Qwen2.5-14B", "NVIDIA-H100-80GB-HBM3"): 0.5,
+    ("Qwen2.5-14B", "NVIDIA-GB200"): 0.0,
+    ("Qwen2.5-32B", "NVIDIA-A100-SXM4-80GB"): 0.75,
+    ("Qwen2.5-32B", "NVIDIA-H100-80GB-HBM3"): 0.75,
+    ("Qwen2.5-32B", "NVIDIA-GB200"): 0.0,
+    ("Qwen2.5-72B", "NVIDIA-A100-SXM4-80GB"): 1.0,
+    ("Qwen2.5-72B", "NVIDIA-H100-80GB-HBM3"): 1.0,
+    ("Qwen2.5-72B", "NVIDIA-GB200"): 0.5,
+}
+"""Seed 004's table: 64 GPUs, global batch 128 (2 a GPU), 4096 tokens, bf16-mixed, FSDP2, compile."""
+QWEN = {
+    "Qwen2.5-14B": {"layers": "48", "hidden": "5120", "ffn": "13824", "vocab": "152064"},
+    "Qwen2.5-32B": {"layers": "64", "hidden": "5120", "ffn": "27648", "vocab": "152064"},
+    "Qwen2.5-72B": {"layers": "80", "hidden": "8192", "ffn": "29568", "vocab": "152064"},
+}
+"""Qwen2.5's shapes (HF configs, as in measurements.csv rows 275-286); heads 40/40/64, 8 KV heads."""
+
+
+def seed_004() -> list[dict[str, Any]]:
+    """Per cell: the seed's ratio, the physics' smallest fitting ratio, each ratio's estimate."""
+    out = []
+    for (model, gpu), seed in SEED_004.items():
+        row = {"model": model, **QWEN[model]}
+        arch = architecture(row)
+        arch["num_attention_heads"] = 64 if model.endswith("72B") else 40
+        workload = WorkloadSpec.model_validate(
+            {
+                "model": {"name": model, "architecture": arch},
+                "dataset": {"kind": "synthetic", "min_tokens": 4096},
+                "model_max_length": 4096,
+            }
+        )
+        per_node = 4 if "GB200" in gpu or "H100" in gpu else 8
+        resources = ResourcesSpec.model_validate(
+            {"gpu_model": gpu, "gpus_per_node": per_node, "nodes": 64 // per_node, "device": "cuda"}
+        )
+        job = physics.JobPhysics(workload=workload, resources=resources)
+        gib = {}
+        for ratio in SAC_GRID:
+            c = TrialConfig(
+                batch_size=128,
+                number_gpus=64,
+                number_nodes=64 // per_node,
+                distributed_backend="FSDP",
+                fsdp_sharding_strategy="FULL_SHARD",
+                gradient_checkpointing=ratio > 0,
+                checkpoint_fraction=ratio if ratio > 0 else 1.0,
+                model_max_length=4096,
+                torch_compile=True,
+                optim="adamw_torch",
+                gpu_model=gpu,
+            )
+            gib[ratio] = round(job.memory_gib(c), 3)
+        fitting = [r for r in SAC_GRID if gib[r] <= (job.limit_gib or math.inf)]
+        predicted = min(fitting) if fitting else None
+        out.append(
+            {
+                "model": model,
+                "gpu": gpu,
+                "seed_ratio": seed,
+                "predicted_ratio": predicted,
+                "agree": predicted == seed,
+                "limit_gib": job.limit_gib,
+                "estimate_gib": {str(k): v for k, v in gib.items()},
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The fit: least squares in log space on the fit part, the constants set on the module
+
+
+def _set(values: dict[str, float]) -> None:
+    for k, v in values.items():
+        setattr(physics, k, v)
+
+
+THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "OVERLAP")
+MEMORY_FITTED = ("ACTIVATION_BASE", "ACTIVATION_MLP", "COMPILE_ACTIVATION", "LOGIT_BYTES")
+PRIOR_SD = 1.0
+"""Each fitted constant's log-normal prior around its sourced starting value (a factor of e)."""
+WEIGHT_POWER = 0.5
+"""A source of n rows weighs n^(1 - this): between one a row (0) and one a source (1)."""
+
+
+def _residuals(p: Point, weight: float, group: tuple[str, ...]) -> list[float]:
+    pred, w = predict(p), math.sqrt(weight)
+    if group is THROUGHPUT_FITTED:
+        return [w * math.log(pred["tokens_s"] / p.tokens_s)] if p.tokens_s else []
+    out = [2 * w * math.log(pred["peak_gib"] / p.peak_gib)] if p.peak_gib else []
+    if p.fits is not None and pred["limit_gib"]:
+        gap = math.log(pred["peak_gib"] / pred["limit_gib"])
+        out.append(2 * w * (max(0.0, gap) if p.fits else max(0.0, -gap)))
+    return out
+
+
+def _fit_group(train: list[Point], group: tuple[str, ...]) -> dict[str, float]:
+    """One group's least-squares constants (the module's constants restored after)."""
+    from scipy.optimize import least_squares
+
+    used = [p for p in train if _residuals(p, 1.0, group)]
+    per_source: dict[str, int] = {}
+    for p in used:
+        per_source[p.source] = per_source.get(p.source, 0) + 1
+    weight = {k: 1.0 / n**WEIGHT_POWER for k, n in per_source.items()}
+    start = {k: STARTS[k] for k in group}
+    saved = {k: float(getattr(physics, k)) for k in group}
+
+    def resid(u: Any) -> list[float]:
+        _set({k: start[k] * math.exp(x) for k, x in zip(group, u, strict=True)})
+        out = [r for p in used for r in _residuals(p, weight[p.source], group)]
+        return out + [x / PRIOR_SD for x in u]
+
+    result = least_squares(resid, [0.0] * len(group))
+    _set(saved)
+    return {k: start[k] * math.exp(x) for k, x in zip(group, result.x, strict=True)}
+
+
+def fit(pts: list[Point]) -> dict[str, float]:
+    """Least-squares constants on the ``fit`` part: log ratios of throughput and of peak memory,
+    and for an OOM or a stated fit that the estimate gets wrong, its log distance to the limit;
+    a source of many rows weighs less a row (:data:`WEIGHT_POWER`), each constant is held near
+    its starting value (:data:`PRIOR_SD`). Throughput and memory constants apart."""
+    train = [p for p in pts if p.part == "fit"]
+    return {**_fit_group(train, THROUGHPUT_FITTED), **_fit_group(train, MEMORY_FITTED)}
+
+
+def report(pts: list[Point], skipped: dict[int, str]) -> dict[str, Any]:
+    recs = records(pts)
+    cells = seed_004()
+    return {
+        "constants": {k: getattr(physics, k) for k in (*FITTED, *SOURCED)},
+        "split": {
+            "rule": "held back: every row of the model families "
+            + ", ".join(HELD_FAMILIES)
+            + f" and rows {sorted(HELD_IDS)} (torchtitan's 128-GPU Llama 3.1 8B pair); fit: the rest",
+            "fit_ids": sorted({r["id"] for r in recs if r["part"] == "fit"}),
+            "held_ids": sorted({r["id"] for r in recs if r["part"] == "held"}),
+        },
+        "figures": figures(recs),
+        "seed_004": {"agree": sum(c["agree"] for c in cells), "cells": len(cells), "table": cells},
+        "skipped": {str(k): v for k, v in sorted(skipped.items())},
+        "points": recs,
+    }
+
+
+def write(out: dict[str, Any]) -> None:
+    JSON_OUT.write_text(json.dumps(out, indent=1) + "\n")
+    cols = [
+        "id",
+        "part",
+        "kind",
+        "label",
+        "predicted",
+        "measured",
+        "ratio",
+        "fits_predicted",
+        "fits_measured",
+    ]
+    with CSV_OUT.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(out["points"])
+
+
+def _print(out: dict[str, Any]) -> None:
+    for part, fig in out["figures"].items():
+        print(
+            f"[{part}] fit/OOM {fig['fits_agree']}/{fig['fits_points']}; throughput-only rows "
+            f"predicted OOM {fig['ran_but_predicted_oom']}"
+        )
+        for kind in ("throughput", "memory"):
+            s = fig[kind]
+            if s["n"]:
+                print(
+                    f"  {kind:10s} n={s['n']:3d} median {s['median']:.3f} half within "
+                    f"{s['q1']:.3f}-{s['q3']:.3f} range {s['min']:.3f}-{s['max']:.3f} "
+                    f"within 2x {s['within_2x']}/{s['n']}"
+                )
+    seed = out["seed_004"]
+    print(f"seed 004 sAC cells: {seed['agree']}/{seed['cells']} agree")
+    for c in seed["table"]:
+        print(f"  {c['model']:12s} {c['gpu']:24s} seed {c['seed_ratio']} physics {c['predicted_ratio']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="least-squares constants on the fit part")
+    ap.add_argument("--write", action="store_true", help="write the results files")
+    ap.add_argument("--points", action="store_true", help="print every point")
+    ap.add_argument("--try-fitted", action="store_true", help="with --fit: report the fitted constants")
+    args = ap.parse_args(argv)
+    pts, skipped = points()
+    if args.fit:
+        fitted = fit(pts)
+        for k, v in fitted.items():
+            print(f"{k} = {v:.4g}  (package: {getattr(physics, k)})")
+        if args.try_fitted:
+            _set(fitted)
+    out = report(pts, skipped)
+    if args.points:
+        for r in out["points"]:
+            print(
+                f"{r['id']:4d} {r['part']:4s} {r['kind']:11s} {r['label'][:60]:60s} "
+                f"pred {r['predicted']} meas {r['measured']} ratio {r['ratio']} "
+                f"fits {r['fits_predicted']}/{r['fits_measured']}"
+            )
+    _print(out)
+    if args.write:
+        write(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
