@@ -13,7 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+import re
+import shutil
+import stat
+import sys
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,6 +36,7 @@ __all__ = [
     "storage_identity",
     "table_file",
     "write_atomic",
+    "write_set",
 ]
 
 
@@ -124,6 +130,226 @@ def claim_out(folder: Path, names: Iterable[str], *, field: str) -> None:
         raise SpecError(file=field, field="", problem=problem)
     folder.mkdir(parents=True, exist_ok=True)
     write_atomic(manifest, "".join(f"{n}\n" for n in sorted(ours | set(names))))
+
+
+def write_set(
+    folder: Path,
+    contents: Mapping[str, str],
+    *,
+    keep: Collection[str] = (),
+    executable: Collection[str] = (),
+    claim: bool = False,
+    file: str,
+    field: str,
+) -> None:
+    """Write the files ``contents`` (name: text) into ``folder`` as one set: a reader, or a kill at
+    any point, finds the complete old set or the complete new one, never a mix.
+
+    The set, with :data:`OUT_MANIFEST` listing it, is written into a sibling folder
+    (``.NAME.new-PID``, same filesystem) and flushed to disk; that folder then takes the place of
+    ``folder`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``; elsewhere two renames, between
+    which a kill leaves no folder and the old one as ``.NAME.old-PID``, put back by the next
+    write). Entries of the old folder named in ``keep`` (the outputs of the commands the files
+    print) or listed in its manifest (another verb's files) move into the new folder; any other
+    entry is the user's, and the folder is refused (nothing written): explorer replaces a folder
+    only when it holds nothing but explorer's. So is the current folder or one holding it (a shell
+    there would be left in the old one). A ``.NAME.new-PID`` or ``.NAME.old-PID`` of a process no
+    longer running (a kill) is cleared first, what it kept moving into ``folder``. ``claim`` (a
+    folder the user gave, ``--out``): a file under one of the set's names that explorer did not
+    write (not in the manifest) is refused too, as :func:`claim_out` does.
+
+    Raises:
+        SpecError: naming ``file`` and ``field``, before anything is written.
+    """
+    real = folder.resolve()  # a symlink to a folder stays: the folder it names is replaced
+    check_run_folder(folder, file=file, field=field)
+    carried, ours = _set_folder_entries(
+        folder, real, contents, keep=keep, claim=claim, file=file, field=field
+    )
+    _sweep(real, contents)
+    listed = sorted(set(contents) | (ours & set(carried)))
+    stage = _stage(real, {**contents, OUT_MANIFEST: "".join(f"{n}\n" for n in listed)}, executable)
+    _swap_in(stage, real, contents)
+
+
+def _set_folder_entries(
+    folder: Path,
+    real: Path,
+    contents: Mapping[str, str],
+    *,
+    keep: Collection[str],
+    claim: bool,
+    file: str,
+    field: str,
+) -> tuple[list[str], set[str]]:
+    """(the entries of ``folder`` that :func:`write_set` carries into the new one, the names its
+    manifest lists); a folder it may not replace is refused."""
+
+    def refuse(problem: str) -> SpecError:
+        return SpecError(file=file, field=field, problem=f"{problem} (nothing written)")
+
+    if not real.exists():
+        return [], set()
+    if not real.is_dir():
+        raise refuse(f"{folder} is not a folder")
+    with contextlib.suppress(OSError):  # a current folder that is gone holds nothing
+        if Path.cwd().resolve().is_relative_to(real):
+            raise refuse(
+                f"{folder} holds the current folder, and explorer replaces {folder} as a whole "
+                "(its files as one set): run it from another folder"
+            )
+    manifest = real / OUT_MANIFEST
+    ours = (
+        set(manifest.read_text(encoding="utf-8", errors="replace").split()) if manifest.is_file() else set()
+    )
+    entries = sorted(os.listdir(real))
+    theirs = [n for n in entries if n in contents and n not in ours] if claim else []
+    carried = [n for n in entries if n not in contents and n != OUT_MANIFEST and (n in ours or n in keep)]
+    foreign = [n for n in entries if n not in contents and n != OUT_MANIFEST and n not in carried]
+    foreign = [n for n in foreign if not _temporary(n, {*contents, *ours})]
+    if theirs:
+        raise refuse(
+            f"{folder / theirs[0]} exists and was not written by explorer: give an empty or new folder"
+        )
+    if foreign:
+        raise refuse(
+            f"{folder / foreign[0]} exists and was not written by explorer, and explorer replaces its "
+            f"files in {folder} as one set, in a folder that holds only its own: move it out, or give "
+            "an empty or new folder"
+        )
+    return carried, ours
+
+
+def _temporary(name: str, names: Collection[str]) -> bool:
+    """Whether ``name`` is the temporary file of a write of one of ``names`` that a kill ended
+    (:func:`atomic_file`'s ``.NAME.tmpPID``)."""
+    found = re.fullmatch(r"\.(.+)\.tmp\d+", name)
+    return found is not None and found.group(1) in names
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (this one excepted: what it left is from an earlier call)."""
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
+def _sweep(real: Path, names: Collection[str]) -> None:
+    """Clear what a killed :func:`write_set` into ``real`` left beside it: an old folder set
+    aside with no folder in its place is put back; from any other, what it kept moves into
+    ``real``, and it is removed."""
+    if not real.parent.is_dir():
+        return
+    pattern = re.compile(rf"\.{re.escape(real.name)}\.(new|old)-(\d+)")
+    found = [m for m in map(pattern.fullmatch, os.listdir(real.parent)) if m and not _alive(int(m.group(2)))]
+    for match in sorted(found, key=lambda m: m.group(1) != "old"):  # an old folder first
+        left = real.parent / match.group(0)
+        if match.group(1) == "old" and not os.path.lexists(real):
+            os.rename(left, real)
+        else:
+            _carry(left, real, names)
+
+
+def _carry(old: Path, real: Path, names: Collection[str]) -> None:
+    """Move what ``old`` holds beside the set (``names``) and its manifest into ``real`` (where
+    ``real`` has no entry of that name), then remove ``old``; one that cannot move keeps it."""
+    left = False
+    for name in sorted(os.listdir(old)):
+        if name in names or name == OUT_MANIFEST or _temporary(name, names):
+            continue
+        if real.is_dir() and not os.path.lexists(real / name):
+            os.rename(old / name, real / name)
+        else:
+            left = True
+    if not left:
+        shutil.rmtree(old)
+
+
+def _stage(real: Path, files: Mapping[str, str], executable: Collection[str]) -> Path:
+    """``files`` written and flushed to disk in a new sibling folder of ``real`` (its mode
+    ``real``'s where that exists); returns the folder."""
+    real.parent.mkdir(parents=True, exist_ok=True)
+    stage = real.parent / f".{real.name}.new-{os.getpid()}"
+    os.mkdir(stage)
+    try:
+        for name, text in files.items():
+            with open(stage / name, "x", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            if name in executable:
+                os.chmod(stage / name, 0o755)
+        if real.is_dir():
+            os.chmod(stage, stat.S_IMODE(real.stat().st_mode))
+        _fsync_folder(stage)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)  # the error is raised on; the stage is never read
+        raise
+    return stage
+
+
+def _swap_in(stage: Path, real: Path, names: Collection[str]) -> None:
+    """Put the written ``stage`` in the place of ``real`` in one step; what the old folder held
+    beside its set moves into the new one, and the old folder is removed."""
+    if not os.path.lexists(real):
+        os.rename(stage, real)
+        _fsync_folder(real.parent)
+        return
+    if _exchange(stage, real):
+        old = stage
+    else:  # two renames: a kill between leaves the old folder aside (:func:`_sweep` puts it back)
+        old = real.parent / f".{real.name}.old-{os.getpid()}"
+        os.rename(real, old)
+        os.rename(stage, real)
+    _fsync_folder(real.parent)
+    _carry(old, real, names)
+
+
+@cache
+def _renameat2() -> Any:
+    """glibc's ``renameat2``, or ``None`` off Linux or without it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    function = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if function is not None:
+        function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        function.restype = ctypes.c_int
+    return function
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap folders ``a`` and ``b`` in one step (``RENAME_EXCHANGE``); ``False`` where the system
+    or the filesystem cannot (nothing done then)."""
+    import ctypes
+    import errno
+
+    function = _renameat2()
+    if function is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if function(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(b))
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush ``folder``'s entries (a rename, a new file) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def storage_identity(url: str) -> str:

@@ -38,11 +38,11 @@ __all__ = [
     "mixed_precision",
     "nodes_note",
     "render_accelerate",
+    "render_user_files",
     "template_for",
     "torchrun_command",
     "user_accelerate_command",
     "user_torchrun_command",
-    "write_user_files",
 ]
 
 
@@ -79,13 +79,12 @@ class UserFiles:
         ]
 
 
-def write_user_files(
+def render_user_files(
     out_dir: Path, config: TrialConfig, settings: LaunchSettings, *, sft_config: dict[str, Any]
-) -> UserFiles:
-    """Write ``sft_config.json`` (``sft_config``: the chosen ``SFTConfig`` keywords) and
-    ``run_settings.json`` (with the user commands) into ``out_dir``; return them."""
-    from explorer.paths import write_atomic
-
+) -> tuple[UserFiles, dict[str, str]]:
+    """``sft_config.json`` (``sft_config``: the chosen ``SFTConfig`` keywords) and
+    ``run_settings.json`` (with the user commands) for ``out_dir``, the folder they will be in
+    (the commands name it): their paths and commands, and their texts by name."""
     accelerate_yaml = out_dir / "accelerate.yaml"
     user = UserFiles(
         sft_config=out_dir / "sft_config.json",
@@ -98,6 +97,8 @@ def write_user_files(
         **settings.run.to_dict(),
         "commands": {"torchrun": user.torchrun, "accelerate": user.accelerate, "sft": user.sft},
     }
-    write_atomic(user.sft_config, json.dumps(sft_config, indent=2) + "\n")
-    write_atomic(user.run_settings, json.dumps(run, indent=2) + "\n")
-    return user
+    texts = {
+        user.sft_config.name: json.dumps(sft_config, indent=2) + "\n",
+        user.run_settings.name: json.dumps(run, indent=2) + "\n",
+    }
+    return user, texts

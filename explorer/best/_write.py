@@ -12,8 +12,8 @@ from explorer.best._render import (
     UserFiles,
     accelerate_command,
     nodes_note,
+    render_user_files,
     torchrun_command,
-    write_user_files,
 )
 from explorer.best._select import Selection
 from explorer.job import TrialJob
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from explorer.trial_config import TrialConfig
 
 __all__ = [
+    "FILES",
+    "OUTPUTS",
     "BestFiles",
     "device_type_of",
     "launch_script",
@@ -36,6 +38,22 @@ __all__ = [
     "write_best",
     "write_config",
 ]
+
+
+FILES = (
+    "accelerate.yaml",
+    "training_arguments.json",
+    "benchmark_arguments.json",
+    "job.json",
+    "launch.sh",
+    "sft_config.json",
+    "run_settings.json",
+)
+"""The set of files :func:`write_config` writes, replaced as one (:func:`explorer.paths.write_set`)."""
+
+OUTPUTS = ("run", "user-run")
+"""What the printed commands write beside the files (the check run's ``run/``,
+``explorer.user_train``'s ``user-run/``): kept when the set is written again."""
 
 
 @dataclass(frozen=True)
@@ -114,53 +132,68 @@ def write_config(
     claim: bool = False,
 ) -> BestFiles:
     """:func:`write_best` for any configuration of the study (``explorer plan``'s choice, which
-    may hold more GPUs than any trial did); ``title`` heads each file. With ``claim`` (a folder
-    the user gave, ``--out``), no file explorer did not write there is overwritten
-    (:func:`explorer.paths.claim_out`)."""
-    from explorer.paths import claim_out, inside, write_atomic
-    from explorer.settings import launch_settings
+    may hold more GPUs than any trial did); ``title`` heads each file. The files are written as
+    one set (:func:`explorer.paths.write_set`): a kill or a reader finds the old set or the new
+    one whole, and a folder that holds files of the user's is refused. With ``claim`` (a folder
+    the user gave, ``--out``), no file explorer did not write there is overwritten either."""
+    from explorer.paths import inside, write_set
 
     job = TrialJob.for_study(loaded, config, trial_number=trial_number)
-    layers = _layer_classes(loaded, job)
-    files = {
-        name: out_dir / name
-        for name in (
-            "accelerate.yaml",
-            "training_arguments.json",
-            "benchmark_arguments.json",
-            "job.json",
-            "launch.sh",
-            "sft_config.json",
-            "run_settings.json",
-        )
-    }
+    files = {name: out_dir / name for name in FILES}
     inside(out_dir, files.values(), file=str(loaded.file))
-    if claim:
-        claim_out(out_dir, list(files), field="--out")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    best, texts = _render(
+        job, files, steps=steps, device_type=device_type, title=title, layers=_layer_classes(loaded, job)
+    )
+    write_set(
+        out_dir,
+        texts,
+        keep=OUTPUTS,
+        executable=("launch.sh",),
+        claim=claim,
+        file="--out" if claim else str(loaded.file),
+        field="" if claim else "output_dir",
+    )
+    return best
+
+
+def _render(
+    job: TrialJob,
+    files: dict[str, Path],
+    *,
+    steps: int,
+    device_type: str,
+    title: str,
+    layers: list[str] | None,
+) -> tuple[BestFiles, dict[str, str]]:
+    """The files' paths and commands, and their texts by name; the texts name ``files``, the
+    paths the files will have (not where they are written first)."""
+    from explorer.settings import launch_settings
+
     header = (
         title,
         f"Written by `explorer best`; run: accelerate launch --config_file {shlex.quote(str(files['accelerate.yaml']))} ...",
     )
     settings = launch_settings(job, device_type=device_type, layer_classes=layers, header=header)
-    write_atomic(files["accelerate.yaml"], settings.accelerate)
     chosen, benchmark = split_arguments(job, settings.training_arguments)
-    write_atomic(files["training_arguments.json"], json.dumps(chosen, indent=2) + "\n")
-    write_atomic(files["benchmark_arguments.json"], json.dumps(benchmark, indent=2) + "\n")
-    write_atomic(files["job.json"], json.dumps(json.loads(job.to_json()), indent=2) + "\n")
     torchrun = torchrun_command(job.config, job_file=files["job.json"], steps=steps)
     accelerate = accelerate_command(
         config_file=files["accelerate.yaml"], job_file=files["job.json"], steps=steps, config=job.config
     )
-    write_atomic(
-        files["launch.sh"],
-        launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate),
+    user, user_texts = render_user_files(
+        files["job.json"].parent,
+        job.config,
+        settings,
+        sft_config=split_arguments(job, settings.sft_config)[0],
     )
-    files["launch.sh"].chmod(0o755)
-    user = write_user_files(
-        out_dir, job.config, settings, sft_config=split_arguments(job, settings.sft_config)[0]
-    )
-    return BestFiles(
+    texts = {
+        "accelerate.yaml": settings.accelerate,
+        "training_arguments.json": json.dumps(chosen, indent=2) + "\n",
+        "benchmark_arguments.json": json.dumps(benchmark, indent=2) + "\n",
+        "job.json": json.dumps(json.loads(job.to_json()), indent=2) + "\n",
+        "launch.sh": launch_script(header[0], job.config, torchrun=torchrun, accelerate=accelerate),
+        **user_texts,
+    }
+    best = BestFiles(
         accelerate_config=files["accelerate.yaml"],
         training_arguments=files["training_arguments.json"],
         benchmark_arguments=files["benchmark_arguments.json"],
@@ -170,6 +203,7 @@ def write_config(
         accelerate=accelerate,
         user=user,
     )
+    return best, texts
 
 
 def split_arguments(job: TrialJob, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
