@@ -19,10 +19,12 @@ import yaml
 
 from explorer.doctor import (
     CPU_PROCESSES,
+    ONE_NODE,
     DoctorReport,
     Node,
     allgather_busbw,
     allreduce_busbw,
+    measure_between_nodes,
     measure_here,
     measure_node,
     record_findings,
@@ -150,6 +152,14 @@ def test_the_table_and_json_show_the_figures_and_the_study_records_them(cpu_node
     assert f"all-reduce busbw {cpu_node['allreduce_busbw_gbs']:.4g} GB/s" in text
     assert f"all-gather busbw {cpu_node['allgather_busbw_gbs']:.4g} GB/s" in text
     assert "between nodes: not measured: one node" in text
+    between = {"backend": "gloo", "allreduce_busbw_gbs": 1.25, "allgather_busbw_gbs": 0.5}
+    two = render_table(
+        _report({**cpu_node, "inter_node": between, "inter_node_why": "measured between a and b"})
+    )
+    assert (
+        "between nodes (gloo): all-reduce busbw 1.25 GB/s, all-gather busbw 0.5 GB/s: measured between a and b"
+        in two
+    )
     loaded = _loaded(tmp_path)
     record_findings(loaded, report)
     stored = StudyRecord.of(load_readonly(loaded))
@@ -268,3 +278,36 @@ def test_the_same_measurement_on_cuda_with_nccl():
         assert m["allgather_busbw_gbs"] == pytest.approx(m["allgather_algbw_gbs"] * (n - 1) / n)
     else:
         assert m["backend"] is None and m["allreduce_busbw_gbs"] is None
+
+
+def test_one_node_without_a_cluster(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert measure_between_nodes(None, "cpu") == (None, ONE_NODE) == (None, "not measured: one node")
+    assert measure_between_nodes("local", "cpu") == (None, ONE_NODE)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_between_two_nodes_of_a_ray_cluster():
+    """A real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``): one gloo rank
+    a node, pinned there, the same collectives; then a one-node cluster says so."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        found, why = measure_between_nodes(cluster.address, "cpu")
+    finally:
+        cluster.shutdown()
+    assert found is not None and why.startswith("measured between nodes "), why
+    assert found["backend"] == "gloo" and found["processes"] == 2 and len(set(found["nodes"])) == 2
+    assert found["allreduce_busbw_gbs"] == pytest.approx(found["allreduce_algbw_gbs"] * 2 * (2 - 1) / 2)
+    assert found["allgather_busbw_gbs"] == pytest.approx(found["allgather_algbw_gbs"] * (2 - 1) / 2)
+    assert found["allreduce_busbw_gbs"] > 0 and found["allgather_busbw_gbs"] > 0
+    single = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    try:
+        single.wait_for_nodes()
+        assert measure_between_nodes(single.address, "cpu") == (None, ONE_NODE)
+    finally:
+        single.shutdown()

@@ -2,11 +2,13 @@
 the study spends GPU-hours on it, and measure the node's figures that price it. See
 ``docs/doctor.md``."""
 
+from explorer.doctor._between import ONE_NODE, measure_between_nodes
 from explorer.doctor._cases import ALONE, Case, Node, Run, group_cases, plan_cases, unmet_here
 from explorer.doctor._node import (
     CPU_PROCESSES,
     allgather_busbw,
     allreduce_busbw,
+    collective_figures,
     measure_node,
     summarize_ranks,
 )
@@ -18,6 +20,9 @@ from explorer.doctor._run import SMOKE, measure_here, node_of, run_doctor
 __all__ = [
     "ALONE",
     "CPU_PROCESSES",
+    "ONE_NODE",
+    "collective_figures",
+    "measure_between_nodes",
     "allgather_busbw",
     "allreduce_busbw",
     "measure_here",

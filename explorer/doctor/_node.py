@@ -27,6 +27,8 @@ __all__ = [
     "CPU_PROCESSES",
     "allgather_busbw",
     "allreduce_busbw",
+    "collective_figures",
+    "run_rank",
     "measure_node",
     "summarize_ranks",
 ]
@@ -179,16 +181,25 @@ def _cuda_memory(torch: Any, dev: Any) -> dict[str, Any]:
     return {"allocatable": allocated, "probe": allocated, "limits_gib": limits}
 
 
-def run_rank(rank: int, world: int, device: str, init_method: str | None) -> dict[str, Any]:
+def run_rank(
+    rank: int,
+    world: int,
+    device: str,
+    init_method: str | None,
+    *,
+    gpu: int | None = None,
+    collectives_only: bool = False,
+) -> dict[str, Any]:
     """One rank's measurements: the collectives (a process group of ``world`` ranks), then the
     matmul and the copy (every rank at once, as its device trains beside the others), then the
-    memory (CUDA: each rank its GPU; CPU: rank 0, the node's memory being one)."""
+    memory (CUDA: each rank its GPU, ``gpu``, by default the rank; CPU: rank 0, the node's memory
+    being one). ``collectives_only``: the collectives alone (between nodes)."""
     import datetime
 
     import torch
 
     cuda = device == "cuda"
-    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    dev = torch.device("cuda", rank if gpu is None else gpu) if cuda else torch.device("cpu")
     if cuda:
         torch.cuda.set_device(dev)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -206,6 +217,10 @@ def run_rank(rank: int, world: int, device: str, init_method: str | None) -> dic
         )
         out.update(_collectives(torch, dev, world, sizes["collective"], sync))
         dist.barrier()
+    if collectives_only:
+        if world > 1:
+            dist.destroy_process_group()
+        return out
     out["matmul_tflops"] = _matmul_tflops(torch, dev, sizes, sync)
     out["copy_tbs"] = _copy_tbs(torch, dev, sizes["copy"], sync)
     if world > 1:
@@ -236,9 +251,16 @@ def summarize_ranks(ranks: Sequence[Mapping[str, Any]], *, device: str, size: in
         "allocatable_gib": least["allocatable"] / GIB,
         "allocation_probe_gib": least["probe"] / GIB,
         "memory_limits_gib": least["limits_gib"],
-        "collective_bytes": size if n > 1 else None,
         "repeats": REPEATS,
     }
+    return figures | collective_figures(ranks, size=size)
+
+
+def collective_figures(ranks: Sequence[Mapping[str, Any]], *, size: int) -> dict[str, Any]:
+    """Each collective's algbw and busbw (GB/s) from the ranks' times: in each repeat the slowest
+    rank's, the median of those (``None``: one rank, no collective)."""
+    n = len(ranks)
+    figures: dict[str, Any] = {"collective_bytes": size if n > 1 else None}
     for name, busbw in (("allreduce", allreduce_busbw), ("allgather", allgather_busbw)):
         if n < 2:
             figures[f"{name}_algbw_gbs"] = figures[f"{name}_busbw_gbs"] = None
@@ -262,11 +284,17 @@ def _threads(processes: int) -> int:
 
 
 def measure_node(
-    device: str, processes: int, *, env: Mapping[str, str], timeout_s: float = 180.0
+    device: str,
+    processes: int,
+    *,
+    env: Mapping[str, str],
+    timeout_s: float = 180.0,
+    between: tuple[dict[str, Any] | None, str] = (None, "not measured: one node"),
 ) -> dict[str, Any]:
     """The node's figures (:func:`summarize_ranks`), measured by ``processes`` fresh interpreters
     (ranks of one process group where there are several) with environment ``env``, killed after
-    ``timeout_s``; ``inter_node`` is ``None`` and ``inter_node_why`` says why.
+    ``timeout_s``; ``inter_node`` and ``inter_node_why`` are ``between``
+    (:func:`explorer.doctor._between.measure_between_nodes`'s answer).
 
     Raises:
         RuntimeError: a rank failed or ran out of time (its last line of output).
@@ -302,7 +330,7 @@ def measure_node(
             )
         ranks = [json.loads((Path(tmp) / f"rank-{r}.json").read_text()) for r in range(processes)]
     figures = summarize_ranks(ranks, device=device, size=SIZES[device]["collective"])
-    figures.update(inter_node=None, inter_node_why="not measured: one node")
+    figures.update(inter_node=between[0], inter_node_why=between[1])
     figures["seconds"] = time.monotonic() - started
     return figures
 

@@ -112,7 +112,13 @@ def _measured_lines(m: dict[str, Any] | None) -> list[str]:
             f"all-gather busbw {m['allgather_busbw_gbs']:.4g} GB/s (algbw {m['allgather_algbw_gbs']:.4g})"
         )
     between = m.get("inter_node")
-    lines.append(f"  between nodes: {m.get('inter_node_why') if between is None else between}")
+    if between is None:
+        lines.append(f"  between nodes: {m.get('inter_node_why')}")
+    else:
+        lines.append(
+            f"  between nodes ({between['backend']}): all-reduce busbw {between['allreduce_busbw_gbs']:.4g} GB/s, "
+            f"all-gather busbw {between['allgather_busbw_gbs']:.4g} GB/s: {m.get('inter_node_why')}"
+        )
     return lines
 
 

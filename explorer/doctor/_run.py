@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
+from explorer.doctor._between import measure_between_nodes
 from explorer.doctor._cases import Case, Node, group_cases, plan_cases
 from explorer.doctor._node import CPU_PROCESSES, measure_node
 from explorer.doctor._probe import probe_in_child
@@ -41,13 +42,15 @@ def node_of(loaded: LoadedStudy, facts: dict[str, Any]) -> Node:
     )
 
 
-def measure_here(node: Node, env: dict[str, str]) -> dict[str, Any]:
+def measure_here(node: Node, env: dict[str, str], address: str | None = None) -> dict[str, Any]:
     """The node's measured figures (:func:`explorer.doctor._node.measure_node`): every visible
-    GPU with NCCL, or :data:`CPU_PROCESSES` CPU processes with gloo; ``{"error": ...}`` when the
-    measurement failed (the smoke runs still run)."""
+    GPU with NCCL, or :data:`CPU_PROCESSES` CPU processes with gloo, and between two nodes of the
+    Ray cluster at ``address`` where there is one (:func:`measure_between_nodes`); ``{"error":
+    ...}`` when the measurement on this node failed (the smoke runs still run)."""
     processes = max(1, node.gpus) if node.device == "cuda" else CPU_PROCESSES
+    between = measure_between_nodes(address, node.device)
     try:
-        return measure_node(node.device, processes, env=env)
+        return measure_node(node.device, processes, env=env, between=between)
     except (RuntimeError, OSError, ValueError) as exc:
         return {"error": str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}
 
@@ -101,7 +104,7 @@ def run_doctor(
     env = zygote_environment(cpu_count=os.cpu_count() or 1)
     facts = facts or probe_in_child(env)
     node = node_of(loaded, facts)
-    measured = measured or measure_here(node, env)
+    measured = measured or measure_here(node, env, getattr(spec.launcher, "address", None))
     cases = plan_cases(loaded.space, spec.resources, node)
     smoke = _Smoke(loaded)
     found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
