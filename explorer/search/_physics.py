@@ -78,23 +78,23 @@ GIB = 2.0**30
 CONTEXT_GIB = 1.5
 """CUDA context, cuBLAS/NCCL workspaces and allocator slack (PyTorch CUDA semantics docs: the
 context alone is 0.3-1 GiB)."""
-ACTIVATION_BASE = 22.7
+ACTIVATION_BASE = 24.6
 """Bytes of saved activations per token, layer and hidden unit outside the MLP's intermediate
 (attention inputs and outputs, norms, residuals, the MLP's input) in 16-bit eager training without
 attention scores. Korthikanti et al. 2022, table 2, count ``34`` a token-layer-hidden unit for a
 4h GeLU MLP, of which 15 outside the MLP; fitted here to the measured peaks
 (``benchmarks/physics_fit.py``)."""
-ACTIVATION_MLP = 8.76
+ACTIVATION_MLP = 10.4
 """Bytes of saved activations per token, layer and *intermediate* unit of a gated MLP (gate, up,
 the activation's output and the product: four 16-bit tensors of the intermediate width), so that
-activations grow with ``intermediate / hidden``: Llama-3-8B's 3.5 gives ``22.7 + 30.7 = 53`` bytes
-a token-layer-hidden unit eager, 37 compiled (measured peaks imply 47-69 and 33-51); fitted with
-:data:`ACTIVATION_BASE` from a start of 8 (four 2-byte tensors)."""
-COMPILE_ACTIVATION = 0.69
+activations grow with ``intermediate / hidden``: Llama-3-8B's 3.5 gives ``24.6 + 36.4 = 61`` bytes
+a token-layer-hidden unit eager, 49 compiled (measured peaks imply 47-69 and 33-51); fitted with
+:data:`ACTIVATION_BASE` from a start of 8 (four 2-byte tensors). An ungated MLP saves half."""
+COMPILE_ACTIVATION = 0.80
 """The share of the eager activations that a ``torch.compile``-d model saves (inductor fuses the
 elementwise chains of the norms, the activation function and the residuals and keeps fewer of
-their outputs). Fitted to torchtitan's Llama-3.1-8B FSDP2 pair (82.4 -> 77.0 GiB peak with
-selective checkpointing) with the activation constants (``benchmarks/physics_fit.py``)."""
+their outputs). Fitted with the activation constants (``benchmarks/physics_fit.py``), chiefly on
+torchtitan's Llama-3.1-8B FSDP2 pair (82.4 -> 77.0 GiB peak with per-op selective checkpointing)."""
 COMPILE_SPEED = 1.16
 """The compute efficiency of a compiled step over an eager one: torchtitan's Llama-3.1-8B FSDP2
 with selective checkpointing, 1.157x on 8 and 1.162x on 128 H100s
@@ -103,7 +103,7 @@ with selective checkpointing, 1.157x on 8 and 1.162x on 128 H100s
 SCORE_BYTES = 5.0
 """Bytes per token, layer, head and key of eager attention's saved scores (Korthikanti et al.
 2022, table 2)."""
-LOGIT_BYTES = 10.7
+LOGIT_BYTES = 11.3
 """Bytes per token and vocabulary entry of the logits: the fp32 upcast and its gradient (4 + 4) and
 part of the bf16 logits and log-softmax alive beside them; fitted from a start of 8
 (``benchmarks/physics_fit.py``: the project's H100 peaks and Liger's 4K-context OOM)."""
@@ -121,12 +121,12 @@ MFU_REF = 0.80
 A100 0.45-0.54 (6N). Fitted (``benchmarks/physics_fit.py``)."""
 FLOPS_PER_BYTE_REF = 153.0
 """The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
-MFU_ALPHA = 0.72
+MFU_ALPHA = 0.71
 """How the efficiency falls with a GPU's FLOPs per byte of bandwidth (``(ref / ratio)^alpha``):
 a card with more compute per byte of memory waits more on the memory-bound parts of a step
 (norms, activations, the optimizer): llm-foundry's H100 (295 FLOP/byte) reaches 0.35-0.46 where
 the A100 80GB (153) reaches 0.50-0.64 and the A100 40GB (201) 0.47-0.59. Fitted."""
-HALF_HIDDEN = 700.0
+HALF_HIDDEN = 710.0
 """The hidden size at which the efficiency is half its large-model value (``h / (h + this)``):
 narrow matrices underfill the tensor cores and the per-layer kernels that do not scale with the
 width weigh more. Fitted."""
@@ -154,6 +154,12 @@ HBM_BYTES_S = 1.5e12
 CPU_STAND_IN_FLOPS = 312e12
 """The peak a CPU study's processes (``CPU-logical``: not GPUs) are ranked at: a constant, not a
 price (the measured trials calibrate its scale); the A100's, as before the GPU table existed."""
+UNGATED_MODEL_TYPES = frozenset(
+    {"gpt2", "gpt_neo", "gptj", "gpt_neox", "gpt_bigcode", "codegen", "bloom", "mpt", "falcon", "opt", "phi"}
+)
+"""HF ``model_type``s whose MLP is two matrices with an activation between (``intermediate_size``
+their inner width), not gated: two thirds of a gated MLP's weights at the same width, and half its
+saved activations (the activation's input and output)."""
 CUDA_SHARE_HBM = 0.989
 """The share of the marketed memory that CUDA reports, for a card whose total is not in the table
 and whose bandwidth is at least 1 TB/s (HBM): A100 80GB 79.14 / 80, H100 79.18 / 80
@@ -208,6 +214,9 @@ def _figures(resources: ResourcesSpec) -> Gpu | None:
 
 @dataclass(frozen=True, kw_only=True)
 class _Arch:
+    gated: bool
+    """A gated MLP (gate and up projections: Llama, Mistral, Qwen, Granite), else two matrices
+    with an activation between (GPT-2, GPT-NeoX, BLOOM, MPT, Falcon, OPT, Phi)."""
     hidden: int
     layers: int
     heads: int
@@ -221,6 +230,7 @@ class _Arch:
         hidden = int(arch.get("hidden_size", 4096))
         heads = int(arch.get("num_attention_heads", max(1, hidden // 128)))
         return cls(
+            gated=str(arch.get("model_type", "llama")) not in UNGATED_MODEL_TYPES,
             hidden=hidden,
             layers=int(arch.get("num_hidden_layers", 32)),
             heads=heads,
@@ -233,7 +243,7 @@ class _Arch:
     @property
     def layer_params(self) -> int:
         h, d = self.hidden, self.hidden // self.heads
-        return 2 * h * h + 2 * h * self.kv * d + 3 * h * self.intermediate
+        return 2 * h * h + 2 * h * self.kv * d + (3 if self.gated else 2) * h * self.intermediate
 
     @property
     def linear(self) -> int:
@@ -308,7 +318,8 @@ class JobPhysics:
         elif c.distributed_backend == "DDP":
             grads *= 2
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
-        per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * ACTIVATION_MLP)
+        mlp = ACTIVATION_MLP if a.gated else ACTIVATION_MLP / 2  # two of the four tensors
+        per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
         if c.torch_compile:
             per_layer *= COMPILE_ACTIVATION
         if c.attn_implementation == "eager":
