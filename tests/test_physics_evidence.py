@@ -1,0 +1,136 @@
+"""The physics against the public measurements: benchmarks/results/physics_fit.json and
+physics_evidence.csv hold what benchmarks/physics_fit.py recorded; their figures follow from their
+points, and the package's current physics still gives every recorded prediction (a change to
+explorer/search/_physics.py that is not re-recorded fails here)."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _bench():
+    name = "physics_fit"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    return json.loads((RESULTS / "physics_fit.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def fit():
+    return _bench()
+
+
+def _ratios(points, part, kind):
+    return [p["ratio"] for p in points if p["kind"] == kind and part in ("all", p["part"])]
+
+
+@pytest.mark.parametrize("part", ["fit", "held", "all"])
+@pytest.mark.parametrize("kind", ["throughput", "memory"])
+def test_the_figures_follow_from_the_points(recorded, part, kind):
+    ratios = _ratios(recorded["points"], part, kind)
+    figure = recorded["figures"][part][kind]
+    assert figure["n"] == len(ratios) > 0
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    assert figure["median"] == pytest.approx(statistics.median(ratios), abs=1e-4)
+    assert (figure["q1"], figure["q3"]) == pytest.approx((q1, q3), abs=1e-4)
+    assert (figure["min"], figure["max"]) == pytest.approx((min(ratios), max(ratios)), abs=1e-4)
+    assert figure["within_2x"] == sum(0.5 <= r <= 2 for r in ratios)
+    for p in recorded["points"]:
+        if p["ratio"] is not None:
+            assert p["ratio"] == pytest.approx(p["predicted"] / p["measured"], rel=1e-3)
+
+
+@pytest.mark.parametrize("part", ["fit", "held", "all"])
+def test_the_fit_or_oom_agreement_follows_from_the_points(recorded, part):
+    verdicts = {
+        p["id"]: p["fits_measured"] == p["fits_predicted"]
+        for p in recorded["points"]
+        if part in ("all", p["part"]) and p["fits_measured"] is not None and p["fits_predicted"] is not None
+    }
+    figure = recorded["figures"][part]
+    assert (figure["fits_agree"], figure["fits_points"]) == (sum(verdicts.values()), len(verdicts))
+
+
+def test_the_csv_holds_the_json_points(recorded):
+    rows = list(csv.DictReader((RESULTS / "physics_evidence.csv").open()))
+    assert len(rows) == len(recorded["points"])
+    for row, p in zip(rows, recorded["points"], strict=True):
+        assert (int(row["id"]), row["part"], row["kind"]) == (p["id"], p["part"], p["kind"])
+        assert float(row["predicted"]) == pytest.approx(p["predicted"])
+        assert row["fits_measured"] == ("" if p["fits_measured"] is None else str(p["fits_measured"]))
+
+
+def test_the_split_is_fixed_and_disjoint(recorded, fit):
+    fitted, held = set(recorded["split"]["fit_ids"]), set(recorded["split"]["held_ids"])
+    assert fitted and held and not fitted & held
+    rows = {int(r["id"]): r for r in csv.DictReader(fit.CSV.open())}
+    assert all(fit.part_of(rows[i]) == "held" for i in held)
+    assert all(fit.part_of(rows[i]) == "fit" for i in fitted)
+
+
+def _mismatches(recorded, fit) -> list[str]:
+    """The recorded points that the package's current physics no longer predicts."""
+    pts, _ = fit.points()
+    fresh = {(r["id"], r["kind"]): r for r in fit.records(pts)}
+    out = []
+    for p in recorded["points"]:
+        now = fresh.get((p["id"], p["kind"]))
+        if now is None or abs(now["predicted"] - p["predicted"]) > 1e-3 * abs(p["predicted"]):
+            out.append(f"{p['id']} {p['kind']}: recorded {p['predicted']}, now {now and now['predicted']}")
+        elif now["fits_predicted"] != p["fits_predicted"]:
+            out.append(f"{p['id']} {p['kind']}: fits recorded {p['fits_predicted']}")
+    return out
+
+
+def test_the_package_still_predicts_every_recorded_point(recorded, fit):
+    fit._JOBS.clear()
+    assert _mismatches(recorded, fit) == [], "re-record: .venv/bin/python benchmarks/physics_fit.py --write"
+
+
+def test_a_changed_constant_is_caught(recorded, fit, monkeypatch):
+    from explorer.search import _physics
+
+    fit._JOBS.clear()
+    monkeypatch.setattr(_physics, "MFU_REF", _physics.MFU_REF * 1.05)
+    monkeypatch.setattr(_physics, "ACTIVATION_BASE", _physics.ACTIVATION_BASE * 1.05)
+    wrong = _mismatches(recorded, fit)
+    assert any("throughput" in w for w in wrong) and any("memory" in w for w in wrong)
+
+
+def test_the_recorded_constants_are_the_package_s(recorded):
+    from explorer.search import _physics
+
+    for name, value in recorded["constants"].items():
+        assert getattr(_physics, name) == pytest.approx(value), name
+
+
+def test_the_seed_004_cells_are_the_package_s(recorded, fit):
+    fresh = fit.seed_004()
+    assert [(c["model"], c["gpu"], c["predicted_ratio"]) for c in fresh] == [
+        (c["model"], c["gpu"], c["predicted_ratio"]) for c in recorded["seed_004"]["table"]
+    ]
+    assert recorded["seed_004"]["agree"] == sum(c["agree"] for c in fresh)
+
+
+def test_held_back_estimates_stay_within_the_goals(recorded):
+    """The held-back part: no throughput off by more than 2x, the memory median within 15%."""
+    held = recorded["figures"]["held"]
+    assert held["throughput"]["within_2x"] == held["throughput"]["n"]
+    assert 0.85 <= held["memory"]["median"] <= 1.15
