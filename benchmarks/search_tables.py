@@ -85,6 +85,9 @@ flash_attention_2, pure_bf16, liger, adamw_torch_fused, no checkpointing), 6 con
     .venv/bin/python benchmarks/search_tables.py tables --tables model-granite-3.1-2b-knobs.csv
     .venv/bin/python benchmarks/search_tables.py search --tables model-granite-3.1-2b-knobs.csv \
         --variants default random optuna --repeats 40 --n-trials 100 --out search_benchmark.knobs.json
+    .venv/bin/python benchmarks/search_tables.py tables --tables evidence   # the evidence family (below)
+    .venv/bin/python benchmarks/search_tables.py search --tables evidence --variants default optuna \
+        --repeats 20 --n-trials 30 --sequences --out search_benchmark.evidence.json
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -385,12 +389,482 @@ def knobs_rows() -> list[dict]:
     return rows
 
 
+# -- the evidence tables ---------------------------------------------------------------------------
+#
+# Seven tables whose ground truth is shaped by the published measurements in benchmarks/evidence/
+# (``measurements.csv``, ``gpus.csv``; their README says where each row comes from), written
+# independently of the search's own physics (explorer/search/_physics.py): nothing below imports
+# it, and where the two agree it is because both follow the same public accounting. Every constant
+# is either read from an evidence row (its ``id`` given) or marked as an assumption. Per device
+# and step, for a micro-batch of b sequences of s tokens (P parameters, h hidden, I intermediate,
+# kv the key/value width, L layers, V vocabulary; N GPUs on k nodes):
+#
+# * card (``gpus.csv``): dense bf16 peak, memory bandwidth, the intra-node link, and the memory a
+#   process may use: ``cuda_total_gib`` (the CUDA-reported total of the card's OOM messages); the
+#   H200 has none published, so its marketed 141 GB times the H100's CUDA-to-marketed ratio
+#   (79.18 / 80; same HBM generation): an assumption;
+# * matmul efficiency (MFU, 6N FLOPs, ``mfu_6n_derived``) by card and model size, the median of
+#   llm-foundry's rows at 2048 tokens (:data:`MFU_ROWS`): H100 by size, A100-80GB by size; the
+#   H200 from torchtitan's Llama 3.1 8B on 32 and 64 H200 (ids 255, 256; recomputed from their
+#   tokens/s, divided by the compile gain below since they ran compiled); the A10G and L4 have no
+#   published training row: the A100-40GB's median times the square root of their memory
+#   bandwidth per FLOP relative to it, capped at 1 (GDDR cards feed their tensor cores worse):
+#   an assumption;
+# * small steps: efficiency times ``t / (t + T_HALF)`` for t tokens a device step, normalised at
+#   llm-foundry's typical 16,384; ``T_HALF`` solved from MPT-70B on H100 at micro-batch 8 and 2
+#   (ids 19, 20: MFU 0.409 and 0.347);
+# * FLOPs a token: ``6 P`` full, ``4 P`` LoRA (no weight gradients of the frozen base), ``+2 P``
+#   with activation checkpointing (the forward again);
+# * torch.compile: tokens/s x1.16 and peak memory x0.93 (torchtitan, Llama 3.1 8B FSDP2 on 8 and
+#   128 H100, ids 225/226 and 228/229: 5762 -> 6667, 5605 -> 6514; 82.4 -> 77.0, 67.0 -> 62.0 GiB),
+#   under FSDP2 or one process; FSDP1's flat parameters break the graph: no gain (assumption);
+# * memory (GiB; OOM when above the card's CUDA total): 0.75 context (+0.5 NCCL on 2+ GPUs),
+#   states (mixed-precision AdamW: 16 bytes a trainable parameter, +4 for DDP's gradient buckets;
+#   LoRA: the frozen bf16 base, 2 bytes, and r=16 adapters on the seven projections at 16 bytes;
+#   FULL_SHARD divides all of it by N and holds two layers of gathered bf16 weights, SHARD_GRAD_OP
+#   keeps the whole bf16 weights and divides the rest), activations ``2 (6h + 2kv + 3I)`` bytes a
+#   token a layer (the saved tensors of a SwiGLU block in bf16) or ``2h`` a token a layer plus one
+#   layer's worth when checkpointed, logits ``10 V`` bytes a token (bf16 logits, their fp32 copy
+#   and its gradient); the allocator reserves 8% above that under FSDP1 and DDP, 3% under FSDP2 or
+#   one process (assumptions); compiled: x0.93 (above);
+# * communication a step (bytes each GPU moves): DDP all-reduces the trainable gradients in fp32
+#   (``2 x 4 T (N-1)/N``); FSDP gathers the bf16 weights twice (FULL_SHARD) or once (SHARD_GRAD_OP)
+#   (``2 P (N-1)/N`` each) and reduce-scatters the fp32 trainable gradients (``4 T (N-1)/N``); at
+#   the bus bandwidth of the slowest link: inside a node NVLink at 80% of half its bidirectional
+#   figure (H100/H200: 360 GB/s, the nccl-tests range), PCIe at 40% of it (through the host: 12.8
+#   GB/s; assumption), across nodes the node's network at 80% of its line rate (:data:`FABRICS`:
+#   eight 400 Gb/s InfiniBand NICs a node, as torchtitan's H100 and H200 clusters, ids 225-256, or
+#   one 25 Gb/s Ethernet link a node: assumptions about a typical cloud node);
+# * step = max(compute, communication) + communication / L (the first gather and the last
+#   reduce cannot hide behind a layer's compute) + the optimizer (16 bytes read and written a
+#   trainable parameter on the device at the card's bandwidth): an assumption of full overlap;
+# * measured value: dataset tokens (b s, every entry fills the sequence) over the step, times a
+#   2% log-normal noise seeded by the configuration; the noise-free value is what runs are scored
+#   by; a trial's duration 15 s + the bf16 weights read at 1.5 GB/s (+60 s compiled) + 25 steps.
+
+EVIDENCE = ROOT / "benchmarks" / "evidence"
+EVIDENCE_STUDIES = ROOT / "benchmarks" / "search_studies"
+T_TOKENS_NORM = 16384
+"""llm-foundry's typical tokens a device step (micro-batch 8 x 2048): where :data:`MFU_ROWS` hold."""
+MFU_ROWS: dict[str, dict[float, tuple[int, ...]]] = {
+    "H100": {3e9: (13, 14, 15, 46, 47, 48), 7e9: (10, 11, 12, 39), 13e9: (7, 8, 9, 30, 31, 32, 33)}
+    | {30e9: (4, 5, 6, 23, 24, 25), 70e9: (1, 2, 3, 19, 20)},
+    "A100-80": {3e9: (103,), 7e9: (96,), 13e9: (89,), 30e9: (82,), 70e9: (78, 79)},
+    "A100-40": {3e9: (166, 167, 168, 169, 170)},
+}
+"""Evidence ids (llm-foundry, MPT at 2048 tokens) whose median ``mfu_6n_derived`` is the MFU of a
+model of about that many parameters on that card (the nearest size is used)."""
+T_HALF_ROWS = (19, 20)
+COMPILE_ROWS = ((225, 226), (228, 229))
+H200_ROWS = (255, 256)
+NVLINK_SHARE, PCIE_SHARE, NIC_SHARE = 0.8, 0.4, 0.8
+"""Bus bandwidth reached, as a share of the link (assumptions; see above)."""
+FABRICS = {"ib-8x400": 8 * 400e9 / 8, "eth-25": 25e9 / 8}
+"""A node's network, bytes/s: eight 400 Gb/s InfiniBand NICs (torchtitan's clusters) or one
+25 Gb/s Ethernet link."""
+LORA_R = 16
+
+
+def _evidence_rows(name: str) -> dict[str, dict[str, str]]:
+    with (EVIDENCE / name).open(newline="") as fh:
+        return {
+            r["id" if name == "measurements.csv" else "k8s_gpu_product_label"]: r for r in csv.DictReader(fh)
+        }
+
+
+def _median(values: list[float]) -> float:
+    import statistics
+
+    return statistics.median(values)
+
+
+def compile_gain() -> tuple[float, float]:
+    """(tokens/s ratio, peak memory ratio) of torch.compile, torchtitan's two pairs."""
+    rows = _evidence_rows("measurements.csv")
+    speed = [
+        float(rows[str(b)]["tokens_per_s_per_gpu"]) / float(rows[str(a)]["tokens_per_s_per_gpu"])
+        for a, b in COMPILE_ROWS
+    ]
+    memory = [
+        float(rows[str(b)]["peak_memory_gib"]) / float(rows[str(a)]["peak_memory_gib"])
+        for a, b in COMPILE_ROWS
+    ]
+    return sum(speed) / len(speed), sum(memory) / len(memory)
+
+
+def t_half() -> float:
+    """Tokens a device step at which the efficiency is half its limit, from two micro-batches."""
+    rows = _evidence_rows("measurements.csv")
+    (big, mb_big), (small, mb_small) = (
+        (float(rows[str(i)]["mfu_6n_derived"]), int(rows[str(i)]["micro_batch_per_gpu"]) * 2048)
+        for i in T_HALF_ROWS
+    )
+    # big / small = (t_b / (t_b + x)) / (t_s / (t_s + x))  ->  solve for x
+    r = big / small
+    return (r - 1) * mb_big * mb_small / (mb_big - r * mb_small)
+
+
+@dataclass(frozen=True)
+class Card:
+    label: str
+    peak: float
+    capacity_gib: float
+    hbm: float
+    link_bus: float
+    mfu: dict[float, float]
+
+
+def card(label: str) -> Card:
+    """A card's figures from ``gpus.csv`` and its MFU by size from ``measurements.csv``."""
+    g = _evidence_rows("gpus.csv")[label]
+    peak = float(g["bf16_dense_tflops"]) * 1e12
+    capacity = (
+        float(g["cuda_total_gib"]) if g["cuda_total_gib"] else float(g["memory_gb_marketed"]) * 79.18 / 80
+    )
+    nvlink = g["intra_node_link"].startswith("NVLink")
+    bus = float(g["link_gbs_per_gpu_bidir"]) * 1e9 / 2 * (NVLINK_SHARE if nvlink else PCIE_SHARE)
+    rows = _evidence_rows("measurements.csv")
+    by_size = {
+        k: {s: _median([float(rows[str(i)]["mfu_6n_derived"]) for i in ids]) for s, ids in v.items()}
+        for k, v in MFU_ROWS.items()
+    }
+    if label.startswith("NVIDIA-H100"):
+        mfu = by_size["H100"]
+    elif label.startswith("NVIDIA-H200"):
+        p = 8.03e9
+        tps = [float(rows[str(i)]["tokens_per_s_per_gpu"]) for i in H200_ROWS]
+        mfu = {p: _median([6 * p * t / peak for t in tps]) / compile_gain()[0]}
+    elif label.startswith("NVIDIA-A100") and "80GB" in label:
+        mfu = by_size["A100-80"]
+    else:  # GDDR cards: the A100-40GB's, scaled by bandwidth per FLOP (an assumption)
+        a100 = _evidence_rows("gpus.csv")["NVIDIA-A100-SXM4-40GB"]
+        ratio = (float(g["mem_bandwidth_tbs"]) / peak) / (
+            float(a100["mem_bandwidth_tbs"]) / (float(a100["bf16_dense_tflops"]) * 1e12)
+        )
+        mfu = {s: v * min(1.0, ratio**0.5) for s, v in by_size["A100-40"].items()}
+    return Card(label, peak, capacity, float(g["mem_bandwidth_tbs"]) * 1e12, bus, mfu)
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    model_type: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied: bool
+
+    @property
+    def kv(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    @property
+    def params(self) -> float:
+        h, i = self.hidden, self.intermediate
+        body = self.layers * (h * (2 * h + 2 * self.kv) + 3 * h * i + 2 * h)
+        return body + self.vocab * h * (1 if self.tied else 2) + h
+
+    @property
+    def lora_params(self) -> float:
+        h, i, kv = self.hidden, self.intermediate, self.kv
+        return self.layers * LORA_R * (4 * h + 2 * (h + kv) + 3 * (h + i))
+
+
+SHAPES = {  # each model's config.json on the Hugging Face Hub
+    "llama-3.1-8b": Shape("llama-3.1-8b", "llama", 4096, 14336, 32, 32, 8, 128256, False),
+    "llama-3.1-70b": Shape("llama-3.1-70b", "llama", 8192, 28672, 80, 64, 8, 128256, False),
+    "qwen2.5-3b": Shape("qwen2.5-3b", "qwen2", 2048, 11008, 36, 16, 2, 151936, True),
+    "qwen2.5-14b": Shape("qwen2.5-14b", "qwen2", 5120, 13824, 48, 40, 8, 152064, False),
+    "qwen2.5-32b": Shape("qwen2.5-32b", "qwen2", 5120, 27648, 64, 40, 8, 152064, False),
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    shape: str
+    method: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    fabric: str
+    seq: int
+    batches: tuple[int, ...]
+    gpus: tuple[int, ...]
+    why: str
+
+
+EVIDENCE_SCENARIOS = (
+    Scenario(
+        "llama8b-a10g-2node-eth25-full",
+        "llama-3.1-8b",
+        "full",
+        "NVIDIA-A10G",
+        8,
+        2,
+        "eth-25",
+        2048,
+        (8, 16, 32, 64),
+        (1, 2, 4, 8, 16),
+        "nothing fits one node without checkpointing; the second node is behind 25 Gb/s Ethernet",
+    ),
+    Scenario(
+        "llama8b-h100-2node-ib-full",
+        "llama-3.1-8b",
+        "full",
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        2,
+        "ib-8x400",
+        4096,
+        (4, 8, 16, 32, 64),
+        (1, 2, 4, 8, 16),
+        "sharding over more GPUs frees memory for larger micro-batches; InfiniBand costs little",
+    ),
+    Scenario(
+        "qwen3b-l4x2-lora",
+        "qwen2.5-3b",
+        "lora",
+        "NVIDIA-L4",
+        2,
+        1,
+        "eth-25",
+        1024,
+        (4, 8, 16),
+        (1, 2),
+        "one L4 needs checkpointing for the smallest batch; two, each with half of it, do not",
+    ),
+    Scenario(
+        "llama70b-h100-2node-ib-lora",
+        "llama-3.1-70b",
+        "lora",
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        2,
+        "ib-8x400",
+        2048,
+        (4, 8, 16, 32),
+        (2, 4, 8, 16),
+        "70B LoRA: 8 and 16 GPUs close, the base gathered over InfiniBand",
+    ),
+    Scenario(
+        "llama70b-h200x8-lora",
+        "llama-3.1-70b",
+        "lora",
+        "NVIDIA-H200",
+        8,
+        1,
+        "eth-25",
+        2048,
+        (4, 8, 16, 32),
+        (1, 2, 4, 8),
+        "70B LoRA on one H200 node: the base fits on two cards, larger micro-batches on more",
+    ),
+    Scenario(
+        "qwen32b-h100-2node-eth25-full",
+        "qwen2.5-32b",
+        "full",
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        2,
+        "eth-25",
+        2048,
+        (8, 16, 32, 64),
+        (2, 4, 8, 16),
+        "32B full: one node only with checkpointing; two nodes behind 25 Gb/s Ethernet",
+    ),
+    Scenario(
+        "llama8b-a10g-x4-lora",
+        "llama-3.1-8b",
+        "lora",
+        "NVIDIA-A10G",
+        4,
+        1,
+        "eth-25",
+        2048,
+        (4, 8, 16, 32),
+        (1, 2, 4),
+        "8B LoRA on a 4 x A10G node: the 16 GB base on 24 GB PCIe cards",
+    ),
+)
+"""The evidence family: ``evidence-<name>.csv`` and ``search_studies/evidence-<name>.yaml``."""
+
+
+def mfu_at(c: Card, params: float, tokens: float) -> float:
+    size = min(c.mfu, key=lambda s: abs(math.log(s / params)))
+    th = t_half()
+    return c.mfu[size] * (tokens / (tokens + th)) / (T_TOKENS_NORM / (T_TOKENS_NORM + th))
+
+
+def evidence_memory_gib(m: Shape, lora: bool, cfg: Any, seq: int) -> float:
+    n, b = cfg.number_gpus, cfg.batch_size // cfg.number_gpus
+    fsdp = cfg.distributed_backend == "FSDP"
+    strategy = cfg.fsdp_sharding_strategy if fsdp else "DDP"
+    trainable = m.lora_params if lora else m.params
+    weights = 2 * m.params if lora else 0.0
+    states = 16 * trainable + weights
+    layer_bf16 = 2 * m.params / m.layers
+    if strategy == "FULL_SHARD":
+        held = states / n + 2 * layer_bf16
+    elif strategy == "SHARD_GRAD_OP":
+        held = 2 * m.params + (states - weights) / n if not lora else weights + 16 * trainable / n
+    else:
+        held = states + (4 * trainable if n > 1 else 0.0)
+    full = 2 * (6 * m.hidden + 2 * m.kv + 3 * m.intermediate)
+    tokens = b * seq
+    acts = (
+        (2 * m.hidden * m.layers + full) * tokens if cfg.gradient_checkpointing else full * m.layers * tokens
+    )
+    logits = 10 * m.vocab * tokens
+    fsdp2 = fsdp and cfg.fsdp_version == 2
+    reserve = 1.03 if (fsdp2 or n == 1) else 1.08
+    gib = (held + acts + logits) * reserve / GIB + 0.75 + (0.5 if n > 1 else 0.0)
+    if cfg.torch_compile and (fsdp2 or not fsdp):
+        gib *= compile_gain()[1]
+    return gib
+
+
+def evidence_step_seconds(m: Shape, lora: bool, c: Card, sc: Scenario, cfg: Any) -> float:
+    n, b = cfg.number_gpus, cfg.batch_size // cfg.number_gpus
+    fsdp = cfg.distributed_backend == "FSDP"
+    tokens = b * sc.seq
+    flops = ((4 if lora else 6) + (2 if cfg.gradient_checkpointing else 0)) * m.params * tokens
+    compute = flops / (c.peak * mfu_at(c, m.params, tokens))
+    if cfg.torch_compile and (not fsdp or cfg.fsdp_version == 2):
+        compute /= compile_gain()[0]
+    trainable = m.lora_params if lora else m.params
+    share = (n - 1) / n
+    if not fsdp:
+        volume = 2 * 4 * trainable * share
+    else:
+        gathers = 2 if cfg.fsdp_sharding_strategy == "FULL_SHARD" else 1
+        volume = (gathers * 2 * m.params + 4 * trainable) * share
+    bus = c.link_bus if cfg.number_nodes <= 1 else min(c.link_bus, FABRICS[sc.fabric] * NIC_SHARE)
+    comm = volume / bus if n > 1 else 0.0
+    shard = n if fsdp else 1
+    optimizer = 2 * 16 * trainable / shard / c.hbm
+    return max(compute, comm) + comm / m.layers + optimizer
+
+
+def evidence_row(sc: Scenario, c: Card, cfg: Any) -> dict[str, Any]:
+    m, lora = SHAPES[sc.shape], sc.method == "lora"
+    mem = evidence_memory_gib(m, lora, cfg, sc.seq)
+    fits = mem <= c.capacity_gib
+    step = evidence_step_seconds(m, lora, c, sc, cfg)
+    clean = cfg.batch_size // cfg.number_gpus * sc.seq / step
+    fsdp = cfg.distributed_backend == "FSDP"
+    noise = _lognormal(cfg.key())
+    load = 15 + 2 * m.params / 1.5e9 + (60 if cfg.torch_compile else 0)
+    return {
+        "model_name": m.name,
+        "gpu_model": c.label,
+        "number_gpus": cfg.number_gpus,
+        "number_nodes": cfg.number_nodes,
+        "batch_size": cfg.batch_size,
+        "gradient_checkpointing": cfg.gradient_checkpointing,
+        "distributed_backend": cfg.distributed_backend,
+        "fsdp_version": cfg.fsdp_version if fsdp else "",
+        "fsdp_sharding_strategy": cfg.fsdp_sharding_strategy if fsdp else "",
+        "torch_compile": cfg.torch_compile,
+        "dataset_tokens_per_second_per_gpu": round(clean * noise, 1) if fits else 0.0,
+        "dataset_tokens_per_second_per_gpu_noise_free": round(clean, 1) if fits else 0.0,
+        "peak_memory_gib": round(mem, 2),
+        "wall_seconds": round(load + (25 if fits else 1) * step, 1),
+        "is_valid": int(fits),
+    }
+
+
+def _lognormal(key: str, sigma: float = 0.02) -> float:
+    import hashlib
+
+    digest = hashlib.sha256(key.encode()).digest()
+    u1, u2 = (int.from_bytes(digest[i : i + 8], "big") / 2**64 for i in (0, 8))
+    return math.exp(sigma * math.sqrt(-2 * math.log(max(u1, 1e-300))) * math.cos(2 * math.pi * u2))
+
+
+def evidence_study_text(sc: Scenario) -> str:
+    m = SHAPES[sc.shape]
+    method = f"{{kind: lora, r: {LORA_R}}}" if sc.method == "lora" else "{kind: full}"
+    nodes = [1, 2] if sc.nodes > 1 else None
+    lines = [
+        f"    batch_size: {{values: [{', '.join(map(str, sc.batches))}]}}",
+        f"    number_gpus: {{values: [{', '.join(map(str, sc.gpus))}]}}",
+        *([f"    number_nodes: {{values: [{', '.join(map(str, nodes))}]}}"] if nodes else []),
+        "    distributed_backend: {choices: [DDP, FSDP]}",
+        "    fsdp_version: {choices: [1, 2]}",
+        "    fsdp_sharding_strategy: {choices: [FULL_SHARD, SHARD_GRAD_OP]}",
+        "    gradient_checkpointing: {choices: [false, true]}",
+        "    torch_compile: {choices: [false, true]}",
+    ]
+    fabric = f" ({sc.fabric} between nodes)" if sc.nodes > 1 else ""
+    return (
+        f"""# Written by benchmarks/search_tables.py (evidence tables): {sc.why}.
+# {sc.nodes} x {sc.gpus_per_node} {sc.gpu}{fabric}. Only ever replayed: benchmark-search gives
+# --table benchmarks/results/tables/evidence-{sc.name}.csv.
+name: evidence-{sc.name}
+sampler: {{kind: tpe, seed: 0}}
+n_trials: 40
+workload:
+  model:
+    name: {m.name}
+    architecture:
+      model_type: {m.model_type}
+      hidden_size: {m.hidden}
+      intermediate_size: {m.intermediate}
+      num_hidden_layers: {m.layers}
+      num_attention_heads: {m.heads}
+      num_key_value_heads: {m.kv_heads}
+      vocab_size: {m.vocab}
+  dataset: {{kind: synthetic, preset: news-tokens-16384plus-entries-4096}}
+  model_max_length: {sc.seq}
+  method: {method}
+resources:
+  gpus_per_node: {sc.gpus_per_node}
+  nodes: {sc.nodes}
+  gpu_model: {sc.gpu}
+  device: cuda
+launcher: {{kind: ray}}
+search_space:
+  parameters:
+"""
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def evidence_rows(sc: Scenario) -> list[dict[str, Any]]:
+    """A row for every valid configuration of the scenario's study (written first)."""
+    from explorer.study_file import load_study
+    from explorer.validity import invalid_reason
+
+    path = EVIDENCE_STUDIES / f"evidence-{sc.name}.yaml"
+    text = evidence_study_text(sc)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    loaded = load_study(path, check_model=False)
+    c = card(sc.gpu)
+    return [
+        evidence_row(sc, c, cfg)
+        for cfg in loaded.space.enumerate()
+        if invalid_reason(cfg, loaded.spec.resources) is None
+    ]
+
+
 def write_tables(only: tuple[str, ...] = ()) -> list[Path]:
     """Write the modelled tables (``only``: those file names)."""
     TABLES.mkdir(parents=True, exist_ok=True)
     makers: dict[str, Any] = {f"model-{m.name}.csv": (lambda m=m: model_rows(m)) for m in MODELS.values()}
     makers["model-granite-3.1-2b-wide.csv"] = lambda: model_rows(MODELS["granite-3.1-2b"], **WIDE)  # type: ignore[arg-type]
     makers[KNOBS_TABLE] = knobs_rows
+    for sc in EVIDENCE_SCENARIOS:
+        makers[f"evidence-{sc.name}.csv"] = lambda sc=sc: evidence_rows(sc)
+    if "evidence" in only:
+        only = tuple(n for n in only if n != "evidence") + tuple(
+            n for n in makers if n.startswith("evidence-")
+        )
     paths = []
     for name, make in makers.items():
         if only and name not in only:
@@ -427,10 +901,14 @@ KNOB_SCENARIOS = (
 """The tables of ``benchmarks/knob_tables.py`` (issue 23): ``--tables knobs`` names them all."""
 HELD_OUT_SCENARIOS = ("phi3-mini-h200x8-short", "gemma2-2b-l4x2-lora-long", "qwen-7b-a100-80x8-full-long")
 """``knob_tables.HELD_OUT``, added after the default search was settled: ``--tables held-out``."""
-OTHER_STUDIES = {KNOBS_TABLE: KNOBS_STUDY} | {
-    f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
-    for n in (*KNOB_SCENARIOS, *HELD_OUT_SCENARIOS)
-}
+OTHER_STUDIES = (
+    {KNOBS_TABLE: KNOBS_STUDY}
+    | {
+        f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
+        for n in (*KNOB_SCENARIOS, *HELD_OUT_SCENARIOS)
+    }
+    | {f"evidence-{sc.name}.csv": EVIDENCE_STUDIES / f"evidence-{sc.name}.yaml" for sc in EVIDENCE_SCENARIOS}
+)
 """Tables ``search`` runs only when named (``--tables``)."""
 
 
@@ -454,6 +932,10 @@ def search(
     for group, names in (("knobs", KNOB_SCENARIOS), ("held-out", HELD_OUT_SCENARIOS)):
         if group in tables:
             tables = tuple(t for t in tables if t != group) + tuple(f"knobs-{n}.csv" for n in names)
+    if "evidence" in tables:
+        tables = tuple(t for t in tables if t != "evidence") + tuple(
+            f"evidence-{sc.name}.csv" for sc in EVIDENCE_SCENARIOS
+        )
     studies = {t: (STUDIES | OTHER_STUDIES)[t] for t in tables} if tables else STUDIES
     name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
     result = {}
