@@ -311,3 +311,27 @@ def test_between_two_nodes_of_a_ray_cluster():
         assert measure_between_nodes(single.address, "cpu") == (None, ONE_NODE)
     finally:
         single.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_doctor_cli_records_what_its_json_says_and_estimate_prices_with_it(tmp_path):
+    """``explorer doctor --json`` on a one-configuration CPU study (real processes): the JSON's
+    ``measured`` is what the study records, and ``explorer estimate`` says it priced with it."""
+    from explorer.record import StudyRecord
+    from explorer.study import load_readonly
+    from tests.builders import run_cli
+
+    loaded = _loaded(tmp_path)
+    raw = yaml.safe_load(loaded.file.read_text())
+    raw["search_space"] = {"parameters": {"batch_size": 4, "number_gpus": 1, "gradient_checkpointing": False}}
+    loaded.file.write_text(yaml.safe_dump(raw))
+    proc = run_cli("doctor", str(loaded.file), "--json", timeout=540)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = json.loads(proc.stdout)["measured"]
+    assert measured["backend"] == "gloo" and measured["allreduce_busbw_gbs"] > 0
+    assert StudyRecord.of(load_readonly(loaded)).measured_node("CPU-logical") == measured
+    proc = run_cli("estimate", str(loaded.file), "--top", "1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"{measured['matmul_tflops']:.4g} TFLOP/s float32" in proc.stdout
+    assert "measured by explorer doctor" in proc.stdout
