@@ -376,10 +376,13 @@ def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "doctor",
         help="check this node: device, packages, and one smoke step of every knob value of the study",
         description="Report this node's device, GPUs (NVML), torch/CUDA/NCCL versions and optional "
-        "packages, then run one short smoke step (the study's model, the smallest batch) for each "
+        "packages; measure its matmul TFLOP/s, allocatable memory and the bus bandwidth of "
+        "all-reduce and all-gather (gloo on the CPU, NCCL on GPUs, and between two nodes of the "
+        "study's Ray cluster); then run one short smoke step (the study's model, the smallest batch) for each "
         "value of each knob in STUDY.yaml's space that the node can take: ran, failed (first error "
         "line) or not applicable (why). Values this node cannot run are recorded with the study: "
-        "`optimize` records them invalid before launch. Exit status 1 when a value failed.",
+        "`optimize` records them invalid before launch; the measured figures too: `estimate` "
+        "prices the study with them. Exit status 1 when a value failed.",
     )
     doc.add_argument("study", metavar="STUDY.yaml", help=_STUDY_HELP)
     doc.add_argument("--storage", metavar="URL", help=_STORAGE_HELP)
