@@ -156,7 +156,8 @@ def write_set(
     there would be left in the old one). A ``.NAME.new-PID`` or ``.NAME.old-PID`` of a process no
     longer running (a kill) is cleared first, what it kept moving into ``folder``. ``claim`` (a
     folder the user gave, ``--out``): a file under one of the set's names that explorer did not
-    write (not in the manifest) is refused too, as :func:`claim_out` does.
+    write (not in the manifest) is refused too, as :func:`claim_out` does. The folder holding
+    ``folder`` must be writable (the sibling); the folder keeps its mode, not its owner.
 
     Raises:
         SpecError: naming ``file`` and ``field``, before anything is written.
