@@ -21,11 +21,11 @@ with ``summary``.
 Each step's planned minutes are its hard time limit on the GPU (SIGINT, then SIGKILL), so a slow
 step cannot eat the next ones; a step that would not end within the call's minutes waits for the
 next call. Every step's status goes into ``kit.json``; a call skips what is done and runs again
-what timed out or waited. The files land under ``benchmarks/results/gpu/<run id>/`` (the dry run:
-``benchmarks/results/gpu-dry-run/<run id>/``); the run id is the newest unfinished run there, else
-today's UTC date. On the GPU the kit writes under /tmp (it stays on the warm machine between
-calls) and ``--bundle FILE`` packs the run's folder, after each step, into one ``.tar.gz`` whose
-paths start at the repository root.
+what timed out or waited. The kit writes under /tmp (on the GPU it stays on the warm machine
+between calls); ``--bundle FILE`` packs the run's folder, after each step, into one ``.tar.gz``
+whose paths start at the repository root, for ``benchmarks/results/gpu/<run id>/`` (the dry run:
+``benchmarks/results/gpu-dry-run/<run id>/``). The run id is the newest unfinished run, committed
+or on the machine, else today's UTC date.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ PACK = REPO / "scripts" / "gpu_pack.sh"
 @dataclass(frozen=True)
 class Step:
     """One step of the kit: the call it belongs to, its planned minutes on the GPU (its time limit
-    there), its time limit in the CPU dry run, and what it does."""
+    there), its time limit in the CPU dry run (a cap for a stuck step on a busy CPU, not a plan),
+    and what it does."""
 
     name: str
     call: int
@@ -66,18 +67,18 @@ class Step:
 
 PLAN = (
     Step("carries", 1, 0.25, 120, "unpack the .gpu carries into /tmp/site (once a machine)"),
-    Step("doctor", 1, 2.0, 300, "explorer doctor --json: the node measured, a smoke run per knob value"),
+    Step("doctor", 1, 2.0, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
     Step("pytest-knobs", 1, 2.0, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
-    Step("study-short", 1, 1.5, 240, "explorer optimize, entries of 100-800 tokens (resumes)"),
-    Step("measure", 1, 1.25, 180, "explorer measure: the default configuration, the best"),
-    Step("estimate", 1, 0.5, 120, "explorer estimate of both against what was measured"),
-    Step("summary", 1, 0.25, 30, "summary.json, summary.md"),
+    Step("study-short", 1, 1.5, 600, "explorer optimize, entries of 100-800 tokens (resumes)"),
+    Step("measure", 1, 1.25, 600, "explorer measure: the default configuration, the best"),
+    Step("estimate", 1, 0.5, 300, "explorer estimate of both against what was measured"),
+    Step("summary", 1, 0.25, 60, "summary.json, summary.md"),
     Step("carries", 2, 0.25, 120, "the same (nothing to do on the warm machine)"),
-    Step("env", 2, 0.25, 60, "nvidia-smi and the probe's facts"),
+    Step("env", 2, 0.25, 120, "nvidia-smi and the probe's facts"),
     Step("pytest-gpu", 2, 1.0, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
-    Step("study-long", 2, 1.0, 150, "explorer optimize, entries filling model_max_length"),
-    Step("trl", 2, 1.25, 240, "explorer measure under TRL's SFTTrainer, max_length and packed"),
-    Step("summary", 2, 0.25, 30, "summary.json, summary.md"),
+    Step("study-long", 2, 1.0, 600, "explorer optimize, entries filling model_max_length"),
+    Step("trl", 2, 1.25, 600, "explorer measure under TRL's SFTTrainer, max_length and packed"),
+    Step("summary", 2, 0.25, 60, "summary.json, summary.md"),
 )
 CALLS = sorted({s.call for s in PLAN})
 ALWAYS = ("carries", "summary")
@@ -96,10 +97,10 @@ RESULTS = {
     "cpu": REPO / "benchmarks" / "results" / "gpu-dry-run",
 }
 """Where a run's files are committed, one folder per run id."""
-LIVE = {"cuda": Path("/tmp/explorer-gpu-kit/results"), "cpu": RESULTS["cpu"]}
-"""Where the kit writes on the machine: on the GPU under /tmp, which stays on the warm machine
-between calls (the checkout there is copied again for each call); a run committed here and not
-yet there is copied there first, so a fresh machine resumes it too."""
+LIVE = {"cuda": Path("/tmp/explorer-gpu-kit/results"), "cpu": Path("/tmp/explorer-gpu-kit-dry-run/results")}
+"""Where the kit writes: under /tmp, which stays on the warm machine between calls (the checkout
+there is copied again for each call), and which keeps the dry run out of the checkout here; a run
+committed and not yet there is copied there first, so a fresh machine resumes it too."""
 SITE = Path("/tmp/site")
 PENDING = ("timed out", "waits")
 """Statuses of a step that runs again at the next call."""
@@ -626,13 +627,14 @@ def summarize(out: Path) -> dict[str, Any]:
 
 def _estimate_lines(estimate: dict[str, Any]) -> list[str]:
     lines = []
+    figures = "the node's measured figures" if estimate.get("node_measured") else "the GPU table's figures"
+    bases = {"physics": "physics alone", "calibrated": f"calibrated to {estimate.get('trials')} trials"}
     for name in ("default", "best"):
-        for basis in ("physics", "calibrated"):
+        for basis, said in bases.items():
             row = estimate.get(name, {}).get(basis)
             if row and row.get("measured_over_predicted") is not None:
                 lines.append(
-                    f"estimate ({basis}, {estimate['trials']} trials, node figures "
-                    f"{'measured' if estimate.get('node_measured') else 'from the table'}) of {name}: "
+                    f"estimate ({said}, {figures}) of {name}: "
                     f"{row['dataset_tokens_per_second_per_gpu']:.0f} tokens/s/GPU predicted "
                     f"(band {row['band']['low']:.0f}-{row['band']['high']:.0f}), measured "
                     f"{row['measured_over_predicted']:.2f}x that, {'in' if row['in_band'] else 'outside'} the band"

@@ -180,7 +180,7 @@ def test_estimate_compared_with_what_was_measured():
 def _kit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, str(KIT), "--device", "cpu", "--out", str(tmp_path / "out")]
     cmd += ["--work", str(tmp_path / "work"), "--bundle", str(tmp_path / "kit.tar.gz"), *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1500)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=2700)
 
 
 def _steps(tmp_path: Path) -> dict:
@@ -188,7 +188,7 @@ def _steps(tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(3600)
 def test_the_kit_dry_run_on_the_cpu(tmp_path):
     """Call 1 with the short study cut at 5 s: recorded, the kit goes on (measure and estimate
     wait). Call 1 again: only what is left runs, the study resumes, measure compares default and
