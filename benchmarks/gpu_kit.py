@@ -31,6 +31,7 @@ or on the machine, else today's UTC date.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -239,14 +241,25 @@ def run_logged(cmd: list[str], log: Path, limit_s: float, stdout: Path | None = 
         try:
             return proc.wait(timeout=limit_s - grace)
         except subprocess.TimeoutExpired:
+            tree = _descendants(proc.pid)  # ranks run in sessions of their own: the group misses them
             os.killpg(proc.pid, signal.SIGINT)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        for child in tree:  # whatever outlived it (a rank holding the GPU's memory)
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        psutil.wait_procs(tree, timeout=10)
         fh.write(f"gpu-kit: cut at its limit of {limit_s:.0f} s\n")
         return None
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return psutil.Process(pid).children(recursive=True)
+    return []
 
 
 def _child_json(code: str, args: list[str], log: Path, clock: Clock) -> Any:

@@ -15,6 +15,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO
@@ -136,11 +137,21 @@ def test_a_first_call_over_8_minutes_is_refused(tmp_path):
 
 
 def test_a_step_is_cut_at_its_own_limit(tmp_path):
-    """A step's command that would run on is interrupted at its limit and reported cut (None)."""
+    """A step's command that would run on is cut at its limit (None), and so is what it started
+    in a session of its own that ignores SIGINT (as a rank holding the GPU would)."""
     kit = _module()
-    log = tmp_path / "step.log"
-    rc = kit.run_logged([sys.executable, "-c", "import time; time.sleep(600)"], log, 2.0)
-    assert rc is None and "cut at its limit of 2 s" in log.read_text()
+    log, pid_file = tmp_path / "step.log", tmp_path / "rank.pid"
+    rank = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"
+    code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {rank!r}], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "time.sleep(600)\n"
+    )
+    rc = kit.run_logged([sys.executable, "-c", code], log, 6.0)
+    assert rc is None and "cut at its limit of 6 s" in log.read_text()
+    pid = int(pid_file.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert kit.run_logged([sys.executable, "-c", "raise SystemExit(3)"], log, 60.0) == 3
 
 
