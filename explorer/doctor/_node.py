@@ -166,10 +166,11 @@ def _cpu_memory(torch: Any) -> dict[str, Any]:
 def _cuda_memory(torch: Any, dev: Any) -> dict[str, Any]:
     """What this process can allocate on its GPU: allocated for real, chunk by chunk, until the
     allocator refuses (``torch.cuda.mem_get_info`` before, for comparison)."""
+    torch.cuda.empty_cache()  # the measurements' cached blocks back to the driver first
     free, total = torch.cuda.mem_get_info(dev)
     held, allocated = [], 0
     for chunk in CUDA_PROBE_CHUNKS:
-        while allocated <= free:  # the allocator may give a little more than it reports free
+        while allocated + chunk <= total:
             try:
                 held.append(torch.empty(chunk, dtype=torch.uint8, device=dev))
             except torch.OutOfMemoryError:
