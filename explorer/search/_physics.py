@@ -116,9 +116,11 @@ activations and logits, so only what the temporaries exceed those by adds to the
 fine-tune of granite-3.1-2b in bf16 (seed 000) peaks at 10 bytes a parameter where weights,
 gradients and two states count 8."""
 MFU_REF = 0.80
-"""Model FLOPs utilisation of a large, long dense bf16 step on a GPU of :data:`FLOPS_PER_BYTE_REF`
-(the A100 80GB): llm-foundry's MPT-7B-70B on A100 80GB reach 0.50-0.64, torchtitan's Llama 2/3 on
-A100 0.45-0.54 (6N). Fitted (``benchmarks/physics_fit.py``)."""
+"""The compute efficiency (hardware FLOPs, recomputation included, over the bf16 peak) that a wide
+model's long steps approach on a GPU of :data:`FLOPS_PER_BYTE_REF` (the A100 80GB); with the
+width and step terms a 70B model at 16K tokens a step gets 0.69, where llm-foundry's MPT-70B on
+A100 80GB measures 0.71 HFU (0.53 MFU) and torchtitan's Llama 2/3 on A100 0.45-0.54 MFU (6N).
+Fitted (``benchmarks/physics_fit.py``)."""
 FLOPS_PER_BYTE_REF = 153.0
 """The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
 MFU_ALPHA = 0.71
@@ -341,10 +343,10 @@ class JobPhysics:
         return sum(self.memory_parts(c))
 
     def efficiency(self, tokens: float) -> float:
-        """The model FLOPs utilisation of a device step of ``tokens`` before the knobs' multipliers:
-        :data:`MFU_REF` at the A100's FLOPs per byte, lower on a card with more
-        (:data:`MFU_ALPHA`), for narrow models (:data:`HALF_HIDDEN`) and short steps
-        (:data:`HALF_TOKENS`)."""
+        """The share of the peak that a device step of ``tokens`` computes at (hardware FLOPs,
+        recomputation included), before the knobs' multipliers: :data:`MFU_REF` at the A100's
+        FLOPs per byte, lower on a card with more (:data:`MFU_ALPHA`), for narrow models
+        (:data:`HALF_HIDDEN`) and short steps (:data:`HALF_TOKENS`)."""
         card = (FLOPS_PER_BYTE_REF / (self.peak / self.bandwidth)) ** MFU_ALPHA
         h = self.arch.hidden
         return MFU_REF * card * h / (h + HALF_HIDDEN) * tokens / (tokens + HALF_TOKENS)
