@@ -7,8 +7,10 @@
 
 A session's device time is 15 minutes in all, the machine's start (1-2 minutes) included, at most
 10 minutes a command, and no machine starts with under 4 minutes left. So call 1 (at most 8
-minutes) holds the most telling evidence, in this order: ``doctor`` (``explorer doctor --json``
-on the throughput study: the node's facts and one smoke run per knob value), ``pytest-knobs``
+minutes) holds the most telling evidence, in this order: ``doctor-node`` (``explorer doctor
+--json`` on a 2-layer, one-configuration copy of the throughput study: the node's measured figures
+within a minute), ``doctor`` (the same on the study itself: the node's facts and figures, one smoke
+run per knob value; its figures are written only when it ends), ``pytest-knobs``
 (``pytest -m gpu tests/test_gpu_knobs.py``), ``study-short`` (``explorer optimize`` on short
 entries), ``measure`` (``explorer measure`` of the default configuration and of the best) and
 ``estimate`` (``explorer estimate``'s prediction of both, physics alone and calibrated to the
@@ -69,18 +71,19 @@ class Step:
 
 PLAN = (
     Step("carries", 1, 0.25, 120, "unpack the .gpu carries into /tmp/site (once a machine)"),
-    Step("doctor", 1, 2.0, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
-    Step("pytest-knobs", 1, 2.0, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
+    Step("doctor-node", 1, 1.0, 300, "explorer doctor --json on a 2-layer copy: the node's figures first"),
+    Step("doctor", 1, 1.25, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
+    Step("pytest-knobs", 1, 1.9, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
     Step("study-short", 1, 1.5, 600, "explorer optimize, entries of 100-800 tokens (resumes)"),
     Step("measure", 1, 1.25, 600, "explorer measure: the default configuration, the best"),
     Step("estimate", 1, 0.5, 300, "explorer estimate of both against what was measured"),
-    Step("summary", 1, 0.25, 60, "summary.json, summary.md"),
+    Step("summary", 1, 0.1, 60, "summary.json, summary.md"),
     Step("carries", 2, 0.25, 120, "the same (nothing to do on the warm machine)"),
     Step("env", 2, 0.25, 120, "nvidia-smi and the probe's facts"),
     Step("pytest-gpu", 2, 1.0, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
     Step("study-long", 2, 1.0, 600, "explorer optimize, entries filling model_max_length"),
     Step("trl", 2, 1.25, 600, "explorer measure under TRL's SFTTrainer, max_length and packed"),
-    Step("summary", 2, 0.25, 60, "summary.json, summary.md"),
+    Step("summary", 2, 0.1, 60, "summary.json, summary.md"),
 )
 CALLS = sorted({s.call for s in PLAN})
 ALWAYS = ("carries", "summary")
@@ -310,8 +313,19 @@ class Kit:
         return bool(status) and not status.startswith(PENDING)
 
     def study(self, entries: str) -> Path:
-        """The throughput study with its storage and run folder here, ``short`` or ``long`` entries."""
+        """The throughput study with its storage and run folder here: ``short`` or ``long``
+        entries, or ``node``: two layers of its model and one configuration (each knob at its
+        first value, the smallest batch), for the doctor's measurement of the node with a single
+        short smoke run."""
         data = yaml.safe_load(STUDY[self.device].read_text())
+        if entries == "node":
+            data["name"] += "-node"
+            arch = data["workload"]["model"]["architecture"]
+            arch["num_hidden_layers"] = min(2, int(arch["num_hidden_layers"]))
+            data["search_space"] = {
+                "description": "the doctor's node measurement: one short smoke run",
+                "parameters": {k: _first(v) for k, v in data["search_space"]["parameters"].items()},
+            }
         if entries == "long":
             length = data["workload"]["model_max_length"]
             data["name"] += "-long"
@@ -328,6 +342,16 @@ class Kit:
         path = self.work / f"{data['name']}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
+
+
+def _first(domain: Any) -> Any:
+    """A search-space parameter reduced to one value: the smallest of ``values``, the first of
+    ``choices``; a fixed value as it is."""
+    if isinstance(domain, dict) and "values" in domain:
+        return {"values": [min(domain["values"])]}
+    if isinstance(domain, dict) and "choices" in domain:
+        return {"choices": domain["choices"][:1]}
+    return domain
 
 
 def step_carries(kit: Kit, clock: Clock) -> str:
@@ -392,20 +416,42 @@ def _pytest(kit: Kit, clock: Clock, files: tuple[str, ...], log: str) -> str:
 
 COPY_DOCTOR = (
     "import sys\n"
+    "from explorer.record import write_study\n"
     "from explorer.study_file import load_study\n"
     "from explorer.study import open_existing_study, open_study\n"
     "from explorer.validity import DOCTOR_ATTR\n"
     "found = open_existing_study(load_study(sys.argv[1], check_model=False)).user_attrs.get(DOCTOR_ATTR)\n"
-    "if found: open_study(load_study(sys.argv[2], check_model=False), create=True).set_user_attr(DOCTOR_ATTR, found)\n"
+    "target = open_study(load_study(sys.argv[2], check_model=False), create=True)\n"
+    "if found and not (sys.argv[3] == 'unless-recorded' and target.user_attrs.get(DOCTOR_ATTR)):\n"
+    "    write_study(target, DOCTOR_ATTR, found)\n"
 )
-"""The doctor's findings on the short study, recorded on the long one too (one node, one model)."""
+"""The doctor's record on one study (its findings and the node's measured figures) written on
+another of the same node: ``always``, or ``unless-recorded`` (the other has none yet)."""
+
+
+def step_doctor_node(kit: Kit, clock: Clock) -> str:
+    """``explorer doctor --json`` on the 2-layer, one-configuration copy of the study: the node's
+    measured figures within a minute (the whole doctor writes them only when it ends, and may be
+    cut), into ``doctor-node.json``, and recorded on the short study unless the doctor recorded
+    there already (``estimate`` prices with them)."""
+    study = kit.study("node")
+    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor-node.log", clock.left())
+    found = kit.work / "runs-node" / "doctor" / "doctor.json"
+    if not found.is_file():
+        return _ended(rc)
+    (kit.out / "doctor-node.json").write_text(found.read_text())
+    copy = [sys.executable, "-c", COPY_DOCTOR, str(study), str(kit.study("short")), "unless-recorded"]
+    copied = run_logged(copy, kit.out / "doctor-node.log", clock.left())
+    measured = json.loads(found.read_text()).get("measured")
+    said = "measured" if measured and not measured.get("error") else f"not measured: {measured}"
+    return f"done (node {said}; recorded on the short study: {'yes' if copied == 0 else _ended(copied)})"
 
 
 def _study_step(kit: Kit, clock: Clock, entries: str) -> tuple[str, dict[str, Any]]:
     study = kit.study(entries)
     log = kit.out / f"study-{entries}.log"
     if entries == "long":
-        copy = [sys.executable, "-c", COPY_DOCTOR, str(kit.study("short")), str(study)]
+        copy = [sys.executable, "-c", COPY_DOCTOR, str(kit.study("short")), str(study), "always"]
         run_logged(copy, log, min(60, clock.left() / 4))
     rc = run_logged(_explorer("optimize", str(study)), log, max(clock.left() - 10, 1))
     best = _best(kit, study, clock)
@@ -604,8 +650,17 @@ def _doctor(out: Path) -> dict[str, Any] | None:
         for r in rows
         if r["status"] == "failed"
     ]
-    measured = json.loads((out / "doctor.json").read_text()).get("measured") if whole else None
-    return {"complete": whole, "counts": counts, "failed": failed, "measured": measured}
+    return {"complete": whole, "counts": counts, "failed": failed}
+
+
+def _node(out: Path) -> dict[str, Any]:
+    """The node's figures each doctor measured (``doctor-node.json``, ``doctor.json``; ``None``
+    where that doctor did not end)."""
+    found = {}
+    for name in ("doctor-node", "doctor"):
+        path = out / f"{name}.json"
+        found[name] = json.loads(path.read_text()).get("measured") if path.is_file() else None
+    return found
 
 
 def summarize(out: Path) -> dict[str, Any]:
@@ -616,7 +671,8 @@ def summarize(out: Path) -> dict[str, Any]:
         for e in ("short", "long")
         if (out / f"best-{e}.yaml").is_file()
     }
-    summary: dict[str, Any] = {"doctor": _doctor(out), "default": default, "best": best, "studies": studies}
+    summary: dict[str, Any] = {"node": _node(out), "doctor": _doctor(out), "default": default, "best": best}
+    summary["studies"] = studies
     if (out / "estimate.json").is_file():
         summary["estimate"] = json.loads((out / "estimate.json").read_text())
     trl = {p: _measured(out / f"trl-{p}.jsonl") for p in ("max_length", "packed")}
@@ -656,9 +712,9 @@ def _estimate_lines(estimate: dict[str, Any]) -> list[str]:
 
 
 def _node_line(measured: dict[str, Any] | None) -> str:
-    """The doctor's measured figures in one line (``None``: it did not measure, or was cut)."""
+    """A doctor's measured figures in one line (``None``: it did not end)."""
     if not measured:
-        return "none (the doctor measured nothing, or was cut before writing doctor.json)"
+        return "none (not run, or cut before its end, when its figures are written)"
     units = {
         "matmul_tflops": "TFLOP/s matmul",
         "memory_bandwidth_tbs": "TB/s copy",
@@ -674,12 +730,13 @@ def summary_lines(kit: Kit, summary: dict[str, Any]) -> list[str]:
     lines = [f"# GPU evidence kit ({kit.device})", "", "| step | status | seconds |", "| --- | --- | --- |"]
     lines += [f"| {s} | {v['status']} | {v['seconds']} |" for s, v in kit.state["steps"].items()]
     lines.append("")
+    for name, measured in summary["node"].items():
+        lines.append(f"node measured by {name}: " + _node_line(measured))
     doctor = summary["doctor"]
     if doctor:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(doctor["counts"].items()))
         lines.append(f"doctor{'' if doctor['complete'] else ' (cut short)'}: {counts}")
         lines += [f"  failed: {f}" for f in doctor["failed"]]
-        lines.append("node measured by the doctor: " + _node_line(doctor.get("measured")))
     for name in ("default", "best"):
         m = summary[name]
         got = (
@@ -714,6 +771,7 @@ def step_summary(kit: Kit, clock: Clock) -> str:
 RUNNERS: dict[str, Any] = {
     "carries": step_carries,
     "env": step_env,
+    "doctor-node": step_doctor_node,
     "doctor": step_doctor,
     "pytest-knobs": lambda kit, clock: _pytest(kit, clock, KNOB_TESTS, "pytest-knobs.log"),
     "pytest-gpu": lambda kit, clock: _pytest(kit, clock, OTHER_GPU_TESTS, "pytest-gpu.log"),

@@ -25,7 +25,7 @@ PACK = REPO / "scripts" / "gpu_pack.sh"
 KIT = REPO / "benchmarks" / "gpu_kit.py"
 DOC = REPO / "docs" / "gpu.md"
 LIMIT = 64 * 2**20
-CALL_1 = ["carries", "doctor", "pytest-knobs", "study-short", "measure", "estimate", "summary"]
+CALL_1 = ["carries", "doctor-node", "doctor", "pytest-knobs", "study-short", "measure", "estimate", "summary"]
 
 
 def _tree_bytes() -> int:
@@ -87,9 +87,9 @@ def _calls(text: str) -> dict[int, dict]:
 
 
 def test_the_plan_puts_the_most_telling_steps_in_a_first_call_of_8_minutes():
-    """--plan prints each call's steps with their minutes and totals: call 1 is the doctor, the
-    knob tests, one short study, measure and estimate, in that order, at most 8 minutes with its
-    slack; call 2 holds the rest (trl among it); the start and both calls fit the 15 minutes."""
+    """--plan prints each call's steps with their minutes and totals: call 1 is the doctor's node
+    measurement, the doctor, the knob tests, one short study, measure and estimate, in that order,
+    at most 8 minutes with its slack; call 2 holds the rest (trl among it); the start and both calls fit the 15 minutes."""
     plan = _plan()
     assert plan.returncode == 0, plan.stderr
     calls = _calls(plan.stdout)
@@ -122,11 +122,11 @@ def test_docs_give_the_plans_device_calls_and_minutes():
 def test_a_first_call_over_8_minutes_is_refused(tmp_path):
     """A limit that takes call 1 past 8 minutes: the plan is printed, then refused with one line
     and exit 2; the kit refuses to run it on the GPU, writing nothing."""
-    plan = _plan("--limit", "doctor=150")
+    plan = _plan("--limit", "doctor=105")
     assert plan.returncode == 2
     assert plan.stderr.strip().count("\n") == 0 and "call 1 takes 8.50 min" in plan.stderr
     run = subprocess.run(
-        [sys.executable, str(KIT), "--device", "cuda", "--call", "1", "--limit", "doctor=150"]
+        [sys.executable, str(KIT), "--device", "cuda", "--call", "1", "--limit", "doctor=105"]
         + ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")],
         cwd=REPO,
         capture_output=True,
@@ -209,6 +209,7 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     state = _steps(tmp_path)
     assert state["study-short"]["status"].startswith("timed out"), state
+    assert state["doctor-node"]["status"] == "done (node measured; recorded on the short study: yes)", state
     assert state["doctor"]["status"].startswith("done") and state["carries"]["status"].startswith(
         ("done", "nothing")
     )
@@ -238,7 +239,9 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
             assert row["measured_over_predicted"] == pytest.approx(
                 p["dataset_tokens_per_second_per_gpu"] / row["dataset_tokens_per_second_per_gpu"]
             )
-    assert summary["estimate"]["trials"] >= 1
+    assert summary["estimate"]["trials"] >= 1 and summary["estimate"]["node_measured"] is True
+    node = json.loads((tmp_path / "out" / "doctor-node.json").read_text())["measured"]
+    assert summary["node"]["doctor-node"] == node and node["device"] == "cpu" and node["matmul_tflops"] > 0
     assert summary["gain_over_default"] == pytest.approx(
         summary["best"]["dataset_tokens_per_second"] / summary["default"]["dataset_tokens_per_second"]
     )
