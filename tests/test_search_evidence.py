@@ -128,3 +128,31 @@ def test_the_models_constants_come_from_the_evidence_rows():
     h100 = st.card("NVIDIA-H100-80GB-HBM3")
     assert h100.capacity_gib == pytest.approx(79.18) and h100.peak == pytest.approx(989e12)
     assert st.card("NVIDIA-L4").capacity_gib == pytest.approx(22.03)
+
+
+def test_a_slow_network_between_nodes_is_learned_apart_from_the_links_inside_a_node():
+    import numpy as np
+
+    from explorer.search._calibrate import PhysicsParts, fit_time_scales
+    from explorer.search._surrogate import _across_nodes, _fit_with_fabric
+
+    # compute, communication, offload, optimizer (s); two configurations on one node, two on two
+    time = np.array([[1.0, 0.5, 0, 0.01], [2.0, 0.5, 0, 0.01], [1.0, 0.5, 0, 0.01], [2.0, 0.5, 0, 0.01]])
+    parts = PhysicsParts(memory=np.ones((4, 4)), data=np.full(4, 1000.0), time=time)
+    multi = np.array([False, False, True, True])
+    truth = parts.time.copy()
+    truth[2:, 1] *= 20  # the network is 20 times slower than the physics' guess
+    step = truth[:, 0] + np.maximum(0, truth[:, 1] - 0.83 * truth[:, 0]) + truth[:, 3]
+    measured = [(i, float(1000.0 / step[i])) for i in range(4)]
+    scales, fabric = _fit_with_fabric(parts, multi, measured)
+    assert fabric > 8
+    logs = np.log([v for _, v in measured])
+    fitted = _across_nodes(parts, multi, fabric).log_throughput(scales)
+    assert np.abs(fitted - logs).max() < 0.1  # one node and two, each as measured
+    # one multiplier of all the step's communication (the plain fit) cannot explain both
+    plain = parts.log_throughput(fit_time_scales(parts, measured))
+    assert np.abs(plain - logs).max() > 0.3
+    # nothing measured across nodes: the plain fit, and the network as the physics says
+    scales, fabric = _fit_with_fabric(parts, multi, measured[:2])
+    assert fabric == 1.0
+    assert scales == pytest.approx(fit_time_scales(parts, measured[:2]))

@@ -80,6 +80,13 @@ LIMIT_MARGIN = 1.05
 FIT_POWER = 2.0
 """The chance to fit enters the acquisition squared: an OOM costs a whole trial and teaches less
 than a measurement."""
+FABRIC_PRIOR_SD = math.log(10.0)
+"""Prior standard deviation of the log multiplier of the communication that crosses nodes, fitted
+apart from the rest (:meth:`Encoding.calibrated`): the network between nodes is not in the study
+file, and fabrics range from 25 Gb/s Ethernet a node to eight 400 Gb/s InfiniBand NICs (a factor
+of 100), where the links inside a node are known from the card."""
+FABRIC_GRID = tuple(0.5 * k for k in range(-4, 9))
+"""Log multipliers of the communication across nodes tried before the fit (1/7 to 55)."""
 LOCAL_DISTANCE = 2
 """Every other trial looks only at configurations this many parameters or fewer away from the
 best measured one (a trust region: several knobs at once, but near what is known)."""
@@ -121,6 +128,9 @@ class Encoding:
     parts: PhysicsParts | None = None
     _shared: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
     """The first-principles estimates in parts, which :meth:`calibrated` scales to the trials."""
+    multi_node: np.ndarray | None = None
+    """Which configurations span more than one node (``None``: none in the space): their
+    communication gets a multiplier of its own."""
 
     def shared(self, cols: np.ndarray) -> np.ndarray:
         """How many parameters every configuration shares with each of ``cols`` (configurations x
@@ -148,7 +158,11 @@ class Encoding:
 
         if self.parts is None:
             return self.speed_prior, self.memory_prior
-        speed = self.parts.log_throughput(fit_time_scales(self.parts, throughputs))
+        if self.multi_node is None:
+            speed = self.parts.log_throughput(fit_time_scales(self.parts, throughputs))
+        else:
+            scales, fabric = _fit_with_fabric(self.parts, self.multi_node, throughputs)
+            speed = _across_nodes(self.parts, self.multi_node, fabric).log_throughput(scales)
         gib = np.log(self.parts.memory_gib(fit_memory_scales(self.parts, peaks, ooms, self.limit_gib)))
         memory = gib - (math.log(self.limit_gib) if self.limit_gib else float(np.median(gib)))
         return speed, memory
@@ -193,6 +207,7 @@ class Encoding:
             gib = np.log(parts.memory_gib(np.ones(parts.memory.shape[1])))
             limit_gib = physics.limit_gib
             memory = gib - (math.log(limit_gib) if limit_gib else float(np.median(gib)))
+        nodes = np.array([int(c.number_nodes) > 1 for c in configs], dtype=bool)
         return cls(
             configs=configs,
             index={c: i for i, c in enumerate(configs)},
@@ -203,7 +218,50 @@ class Encoding:
             memory_prior=memory,
             limit_gib=limit_gib,
             parts=parts,
+            multi_node=nodes if parts is not None and nodes.any() else None,
         )
+
+
+def _across_nodes(parts: PhysicsParts, multi: np.ndarray, fabric: float) -> PhysicsParts:
+    """``parts`` with the communication of the configurations that span nodes times ``fabric``."""
+    import numpy as np
+
+    time = parts.time.copy()
+    time[:, 1] *= np.where(multi, fabric, 1.0)
+    return PhysicsParts(memory=parts.memory, data=parts.data, time=time)
+
+
+def _fit_with_fabric(
+    parts: PhysicsParts, multi: np.ndarray, measured: list[tuple[int, float]]
+) -> tuple[np.ndarray, float]:
+    """The step-time multipliers (:func:`~explorer.search._calibrate.fit_time_scales`'s) and one
+    more for the communication across nodes, fitted jointly: a slow network between nodes is
+    learned as such, not as slow links inside every node."""
+    import numpy as np
+    from scipy.optimize import minimize
+
+    from explorer.search._calibrate import BOUND, OBSERVATION_SD, TIME_PRIOR_SD
+
+    n = parts.time.shape[1]
+    if not measured:
+        return np.ones(n), 1.0
+    logs = np.log(np.array([v for _, v in measured], dtype=float))
+    rows = [r for r, _ in measured]
+    taken, across = parts.take(rows), multi[rows]
+    if not across.any():  # nothing measured across nodes: the network stays as the physics says
+        return fit_time_scales(parts, measured), 1.0
+
+    def loss(u: np.ndarray) -> float:
+        resid = _across_nodes(taken, across, math.exp(u[n])).log_throughput(np.exp(u[:n])) - logs
+        prior = float((u[:n] ** 2).sum()) / TIME_PRIOR_SD**2 + float(u[n] ** 2) / FABRIC_PRIOR_SD**2
+        return prior + float((resid**2).sum()) / OBSERVATION_SD**2
+
+    # communication hidden under compute has no gradient: start the network's multiplier at the
+    # best of a coarse grid, then fit everything
+    start = np.zeros(n + 1)
+    start[n] = min(FABRIC_GRID, key=lambda g: loss(np.append(np.zeros(n), g)))
+    x = np.clip(minimize(loss, start, method="BFGS", options={"gtol": 1e-4}).x, -BOUND, BOUND)
+    return np.exp(x[:n]), float(math.exp(x[n]))
 
 
 class _Gp:
