@@ -5,7 +5,11 @@ Two kinds of table:
 * measured: ``studies/cpu-table.yaml`` run whole on this machine's CPU and exported
   (``benchmarks/results/tables/cpu-quickstart.csv``);
 * modelled: a memory and throughput model of one 8 x H100-80GB node for a given model (below),
-  written as ``benchmarks/results/tables/model-<name>.csv``.
+  written as ``benchmarks/results/tables/model-<name>.csv``;
+* evidence: seven tables shaped by the published measurements of ``benchmarks/evidence/`` (A10G,
+  L4, H100, H200; 3B-70B, LoRA and full; one or two nodes), from a model of their own whose
+  constants are read from those rows (section "the evidence tables" below), written as
+  ``benchmarks/results/tables/evidence-<name>.csv`` with their studies.
 
 The model (deliberately simple; every constant is here):
 
