@@ -394,8 +394,9 @@ def step_doctor(kit: Kit, clock: Clock) -> str:
     launches a value the node cannot run, ``estimate`` prices with the figures). Every file it
     left in its folder is copied here (cut short: ``rows.jsonl``, the rows it found)."""
     study = kit.study("short")
-    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor.log", clock.left())
     folder = kit.work / "runs-short" / "doctor"
+    (folder / "doctor.json").unlink(missing_ok=True)  # an earlier run's, not this one's
+    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor.log", clock.left())
     for path in sorted(folder.glob("*.json*")):
         name = path.name if path.name == "doctor.json" else f"doctor-{path.name}"
         (kit.out / name).write_text(path.read_text())
@@ -435,8 +436,9 @@ def step_doctor_node(kit: Kit, clock: Clock) -> str:
     cut), into ``doctor-node.json``, and recorded on the short study unless the doctor recorded
     there already (``estimate`` prices with them)."""
     study = kit.study("node")
-    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor-node.log", clock.left())
     found = kit.work / "runs-node" / "doctor" / "doctor.json"
+    found.unlink(missing_ok=True)  # an earlier run's, not this one's
+    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor-node.log", clock.left())
     if not found.is_file():
         return _ended(rc)
     (kit.out / "doctor-node.json").write_text(found.read_text())
