@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from explorer.search import _calibrate  # noqa: E402
 from explorer.search import _physics as physics  # noqa: E402
 from explorer.spec import ResourcesSpec, WorkloadSpec  # noqa: E402
 from explorer.trial_config import TrialConfig  # noqa: E402
@@ -44,7 +45,7 @@ STARTS = {
     "MFU_REF": 0.62,
     "MFU_ALPHA": 0.55,
     "HALF_HIDDEN": 600.0,
-    "HALF_TOKENS": 1024.0,
+    "HALF_TOKENS": 4096.0,
     "OVERLAP": 0.7,
     "ACTIVATION_BASE": 20.0,
     "ACTIVATION_MLP": 8.0,
@@ -54,7 +55,7 @@ STARTS = {
 """The constants of :mod:`explorer.search._physics` that the evidence fits, and the sourced values
 the fit starts from and is held near (each constant's docstring there says where they come from:
 llm-foundry's and torchtitan's MFU for the efficiency, Korthikanti et al. for the activations,
-the previous prior for the overlap)."""
+the previous prior for the step tokens' half point and the overlap)."""
 FITTED = tuple(STARTS)
 SOURCED = (
     "CONTEXT_GIB",
@@ -479,9 +480,14 @@ def seed_004() -> list[dict[str, Any]]:
 # The fit: least squares in log space on the fit part, the constants set on the module
 
 
+def _get(name: str) -> float:
+    return getattr(_calibrate if hasattr(_calibrate, name) else physics, name)
+
+
 def _set(values: dict[str, float]) -> None:
+    """Set constants where the physics reads them (the overlap lives in ``_calibrate``)."""
     for k, v in values.items():
-        setattr(physics, k, v)
+        setattr(_calibrate if hasattr(_calibrate, k) else physics, k, v)
 
 
 THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "OVERLAP")
@@ -513,7 +519,7 @@ def _fit_group(train: list[Point], group: tuple[str, ...]) -> dict[str, float]:
         per_source[p.source] = per_source.get(p.source, 0) + 1
     weight = {k: 1.0 / n**WEIGHT_POWER for k, n in per_source.items()}
     start = {k: STARTS[k] for k in group}
-    saved = {k: float(getattr(physics, k)) for k in group}
+    saved = {k: float(_get(k)) for k in group}
 
     def resid(u: Any) -> list[float]:
         _set({k: start[k] * math.exp(x) for k, x in zip(group, u, strict=True)})
@@ -538,7 +544,7 @@ def report(pts: list[Point], skipped: dict[int, str]) -> dict[str, Any]:
     recs = records(pts)
     cells = seed_004()
     return {
-        "constants": {k: getattr(physics, k) for k in (*FITTED, *SOURCED)},
+        "constants": {k: _get(k) for k in (*FITTED, *SOURCED)},
         "split": {
             "rule": "held back: every row of the model families "
             + ", ".join(HELD_FAMILIES)
@@ -603,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         fitted = fit(pts)
         for k, v in fitted.items():
-            print(f"{k} = {v:.4g}  (package: {getattr(physics, k)})")
+            print(f"{k} = {v:.4g}  (package: {_get(k)})")
         if args.try_fitted:
             _set(fitted)
     out = report(pts, skipped)

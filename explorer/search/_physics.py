@@ -42,7 +42,8 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
 * communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
   and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
   the GPU's link (:mod:`explorer.gpus`), across nodes at the network's speed, of which
-  ``OVERLAP`` of the compute time hides;
+  ``OVERLAP`` of the compute time hides, all but ``EXPOSED_SHARE`` of it at most
+  (:mod:`explorer.search._calibrate`);
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
 * the optimizer step: reading and writing the states at the GPU's memory bandwidth.
 
@@ -68,7 +69,7 @@ from explorer.flops import FlopModel
 from explorer.gpus import Gpu, gpu_figures, is_cpu_model, lookup, missing_figures
 from explorer.hardware import CPU_MODEL
 from explorer.knobs import knobs
-from explorer.search._calibrate import OVERLAP, PhysicsParts
+from explorer.search._calibrate import PhysicsParts, exposed
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 
@@ -115,26 +116,28 @@ The fused kernel and 8-bit AdamW hold none. The step comes after the backward ha
 activations and logits, so only what the temporaries exceed those by adds to the peak; a full
 fine-tune of granite-3.1-2b in bf16 (seed 000) peaks at 10 bytes a parameter where weights,
 gradients and two states count 8."""
-MFU_REF = 0.80
+MFU_REF = 0.92
 """The compute efficiency (hardware FLOPs, recomputation included, over the bf16 peak) that a wide
 model's long steps approach on a GPU of :data:`FLOPS_PER_BYTE_REF` (the A100 80GB); with the
-width and step terms a 70B model at 16K tokens a step gets 0.69, where llm-foundry's MPT-70B on
+width and step terms a 70B model at 16K tokens a step gets 0.68, where llm-foundry's MPT-70B on
 A100 80GB measures 0.71 HFU (0.53 MFU) and torchtitan's Llama 2/3 on A100 0.45-0.54 MFU (6N).
 Fitted (``benchmarks/physics_fit.py``)."""
 FLOPS_PER_BYTE_REF = 153.0
 """The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
-MFU_ALPHA = 0.71
+MFU_ALPHA = 0.70
 """How the efficiency falls with a GPU's FLOPs per byte of bandwidth (``(ref / ratio)^alpha``):
 a card with more compute per byte of memory waits more on the memory-bound parts of a step
 (norms, activations, the optimizer): llm-foundry's H100 (295 FLOP/byte) reaches 0.35-0.46 where
 the A100 80GB (153) reaches 0.50-0.64 and the A100 40GB (201) 0.47-0.59. Fitted."""
-HALF_HIDDEN = 710.0
+HALF_HIDDEN = 740.0
 """The hidden size at which the efficiency is half its large-model value (``h / (h + this)``):
 narrow matrices underfill the tensor cores and the per-layer kernels that do not scale with the
 width weigh more. Fitted."""
-HALF_TOKENS = 1060.0
+HALF_TOKENS = 3750.0
 """Tokens a device step at which the efficiency is half of its long-step value
-(``t / (t + this)``): small steps underfill the GPU and the per-step overheads weigh more. Fitted."""
+(``t / (t + this)``): small steps underfill the GPU and the per-step overheads weigh more. Fitted
+from the previous prior's 4096 (a fit started at 1024 stops near it, at a worse least-squares
+loss)."""
 NVLINK_BYTES_S = 150e9
 """Bus bandwidth of an all-reduce over NVLink (A100/H100 SXM: nccl-tests report 150-230 GB/s)."""
 PCIE_BYTES_S = 12e9
@@ -354,7 +357,7 @@ class JobPhysics:
     def time_parts(self, c: TrialConfig) -> tuple[float, float, float, float, float]:
         """(dataset tokens a device step; seconds of compute, of collective communication, of
         host offload, of the optimizer step), which the measured trials calibrate one scale each
-        (the exposed communication is what ``OVERLAP`` of the compute does not hide)."""
+        (the exposed communication: :func:`explorer.search._calibrate.exposed`)."""
         a, n = self.arch, max(1, c.number_gpus)
         data, computed = self._tokens(c)
         fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
@@ -393,7 +396,7 @@ class JobPhysics:
     def log_throughput(self, c: TrialConfig) -> float:
         """The log of the estimated dataset tokens a second per GPU."""
         data, compute, comm, offload, optimizer = self.time_parts(c)
-        return math.log(data / (compute + max(0.0, comm - OVERLAP * compute) + offload + optimizer))
+        return math.log(data / (compute + exposed(comm, compute) + offload + optimizer))
 
 
 def _lengths(workload: WorkloadSpec) -> list[int]:
