@@ -416,18 +416,20 @@ def _pytest(kit: Kit, clock: Clock, files: tuple[str, ...], log: str) -> str:
 
 
 COPY_DOCTOR = (
-    "import sys\n"
+    "import json, sys\n"
     "from explorer.record import write_study\n"
     "from explorer.study_file import load_study\n"
     "from explorer.study import open_existing_study, open_study\n"
     "from explorer.validity import DOCTOR_ATTR\n"
     "found = open_existing_study(load_study(sys.argv[1], check_model=False)).user_attrs.get(DOCTOR_ATTR)\n"
     "target = open_study(load_study(sys.argv[2], check_model=False), create=True)\n"
-    "if found and not (sys.argv[3] == 'unless-recorded' and target.user_attrs.get(DOCTOR_ATTR)):\n"
-    "    write_study(target, DOCTOR_ATTR, found)\n"
+    "write = bool(found) and not (sys.argv[3] == 'unless-recorded' and target.user_attrs.get(DOCTOR_ATTR))\n"
+    "if write: write_study(target, DOCTOR_ATTR, found)\n"
+    "print(json.dumps(write))\n"
 )
 """The doctor's record on one study (its findings and the node's measured figures) written on
-another of the same node: ``always``, or ``unless-recorded`` (the other has none yet)."""
+another of the same node: ``always``, or ``unless-recorded`` (the other has none yet); prints
+whether it wrote."""
 
 
 def step_doctor_node(kit: Kit, clock: Clock) -> str:
@@ -442,11 +444,12 @@ def step_doctor_node(kit: Kit, clock: Clock) -> str:
     if not found.is_file():
         return _ended(rc)
     (kit.out / "doctor-node.json").write_text(found.read_text())
-    copy = [sys.executable, "-c", COPY_DOCTOR, str(study), str(kit.study("short")), "unless-recorded"]
-    copied = run_logged(copy, kit.out / "doctor-node.log", clock.left())
+    args = [str(study), str(kit.study("short")), "unless-recorded"]
+    wrote = _child_json(COPY_DOCTOR, args, kit.out / "doctor-node.log", clock)
     measured = json.loads(found.read_text()).get("measured")
     said = "measured" if measured and not measured.get("error") else f"not measured: {measured}"
-    return f"done (node {said}; recorded on the short study: {'yes' if copied == 0 else _ended(copied)})"
+    where = {True: "yes", False: "no, the doctor's record there kept", None: "failed (doctor-node.log)"}
+    return f"done (node {said}; recorded on the short study: {where[wrote]})"
 
 
 def _study_step(kit: Kit, clock: Clock, entries: str) -> tuple[str, dict[str, Any]]:
