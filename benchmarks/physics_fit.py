@@ -480,14 +480,36 @@ def seed_004() -> list[dict[str, Any]]:
 # The fit: least squares in log space on the fit part, the constants set on the module
 
 
+KNOB_BACKED = {
+    "COMPILE_SPEED": ("torch_compile", "efficiency", True),
+    "COMPILE_ACTIVATION": ("torch_compile", "activation_share", True),
+}
+"""Constants that the knob registry declares (a knob's table entry), by name here."""
+
+
+def _knob_table(name: str) -> tuple[dict[Any, float], Any]:
+    from explorer.knobs import knob
+
+    knob_name, field, value = KNOB_BACKED[name]
+    return getattr(knob(knob_name), field), value
+
+
 def _get(name: str) -> float:
+    if name in KNOB_BACKED:
+        table, value = _knob_table(name)
+        return float(table[value])
     return getattr(_calibrate if hasattr(_calibrate, name) else physics, name)
 
 
 def _set(values: dict[str, float]) -> None:
-    """Set constants where the physics reads them (the overlap lives in ``_calibrate``)."""
+    """Set constants where the physics reads them (the overlap lives in ``_calibrate``, compile's
+    figures in the knob registry)."""
     for k, v in values.items():
-        setattr(_calibrate if hasattr(_calibrate, k) else physics, k, v)
+        if k in KNOB_BACKED:
+            table, value = _knob_table(k)
+            table[value] = v
+        else:
+            setattr(_calibrate if hasattr(_calibrate, k) else physics, k, v)
 
 
 THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "OVERLAP")

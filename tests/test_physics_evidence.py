@@ -114,12 +114,9 @@ def test_a_changed_constant_is_caught(recorded, fit, monkeypatch):
     assert any("throughput" in w for w in wrong) and any("memory" in w for w in wrong)
 
 
-def test_the_recorded_constants_are_the_package_s(recorded):
-    from explorer.search import _calibrate, _physics
-
-    for name, value in recorded["constants"].items():
-        module = _calibrate if hasattr(_calibrate, name) else _physics
-        assert getattr(module, name) == pytest.approx(value), name
+def test_the_recorded_constants_are_the_package_s(recorded, fit):
+    for name, value in recorded["constants"].items():  # in the physics, or a knob's table entry
+        assert fit._get(name) == pytest.approx(value), name
 
 
 def test_the_seed_004_cells_are_the_package_s(recorded, fit):

@@ -255,6 +255,12 @@ class Knob:
     state_bytes: Mapping[Any, float] = field(default_factory=dict)
     """Optimizer-state bytes per trainable parameter by value, for the search's memory estimate
     (unlisted: two moments as wide as the weights)."""
+    activation_share: Mapping[Any, float] = field(default_factory=dict)
+    """A multiplier of the saved activations by value (unlisted: 1), for the search's memory
+    estimate (:mod:`explorer.search._physics`)."""
+    step_copies: Mapping[Any, float] = field(default_factory=dict)
+    """Copies of the trainable weights that the optimizer step holds as temporaries, by value
+    (unlisted: none), for the search's memory estimate."""
 
     def unmet(self, value: Any, *, device: str | None, model_type: str | None) -> str | None:
         """Why ``value`` cannot run on ``device`` for ``model_type`` (see :meth:`Needs.unmet`)."""

@@ -417,6 +417,7 @@ _DECLARED = (
         # 8-bit AdamW: two 1-byte states (bitsandbytes, Dettmers et al. 2022); Adafactor: factored
         # second moments, rows + columns of each matrix (Shazeer and Stern 2018): about nothing
         state_bytes={"adamw_bnb_8bit": 2.0, "adafactor": 0.1},
+        step_copies={"adamw_torch": 1.0},  # the foreach step's tensorlist intermediates (above)
         label=lambda v, c: None if v == "adamw_torch" else v,
         training_args="optim",
         needs={"adamw_bnb_8bit": Needs(cuda=True, module="bitsandbytes")},
@@ -427,8 +428,13 @@ _DECLARED = (
         default=False,
         doc="torch.compile the model",
         feature="compile",
-        efficiency={True: 1.05},  # fused elementwise kernels (PyTorch 2 paper: 1.3-2x on training
-        # loops, far less on matmul-bound LLM steps)
+        # torchtitan's Llama-3.1-8B FSDP2 with selective checkpointing: 1.157x the tokens/s on 8
+        # and 1.162x on 128 H100s (benchmarks/llama3_h100_202412_torchtitan.md; evidence rows)
+        efficiency={True: 1.16},
+        # inductor fuses the norms', activation function's and residuals' elementwise chains and
+        # keeps fewer outputs: fitted by benchmarks/physics_fit.py (chiefly torchtitan's pair,
+        # 82.4 -> 77.0 GiB peak)
+        activation_share={True: 0.80},
         label=lambda v, c: "compile" if v else None,
         training_args="torch_compile",
     ),

@@ -18,7 +18,8 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   buckets; FSDP's CPU offload leaves two layers' worth of weights on the device (PyTorch FSDP docs);
 * activations: ``tokens x (hidden x ACTIVATION_BASE + intermediate x ACTIVATION_MLP)`` bytes per
   layer (Korthikanti et al. 2022, "Reducing activation recomputation", table 2, with the MLP's
-  share growing with its width; fitted), times ``COMPILE_ACTIVATION`` under torch.compile, plus
+  share growing with its width; fitted), times the knobs' ``activation_share`` (torch.compile's
+  0.80, fitted), plus
   ``5 x heads x length`` per token with eager attention, which stores the score matrix; a
   checkpointed layer keeps its input only (2 x hidden bytes a token); packed rows under eager or
   sdpa carry a block-diagonal mask over the whole row (``length^2`` per row), which flash
@@ -38,7 +39,8 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
 * compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
   (padding included), recomputation included, at the data sheet's peak times an efficiency
   (:meth:`JobPhysics.efficiency`): ``MFU_REF``, lower on a GPU with more FLOPs per byte of memory
-  bandwidth, for narrow models and for short steps; ``COMPILE_SPEED`` faster under torch.compile;
+  bandwidth, for narrow models and for short steps; times the knobs' ``efficiency`` (torch.compile's
+  1.16, from torchtitan's measured pair);
 * communication: DDP all-reduces the gradients (2 x bytes), FSDP all-gathers the weights forward
   and backward and reduce-scatters the gradients (3 x, SHARD_GRAD_OP 2 x), over NVLink or PCIe by
   the GPU's link (:mod:`explorer.gpus`), across nodes at the network's speed, of which
@@ -91,16 +93,6 @@ the activation's output and the product: four 16-bit tensors of the intermediate
 activations grow with ``intermediate / hidden``: Llama-3-8B's 3.5 gives ``24.6 + 36.4 = 61`` bytes
 a token-layer-hidden unit eager, 49 compiled (measured peaks imply 47-69 and 33-51); fitted with
 :data:`ACTIVATION_BASE` from a start of 8 (four 2-byte tensors). An ungated MLP saves half."""
-COMPILE_ACTIVATION = 0.80
-"""The share of the eager activations that a ``torch.compile``-d model saves (inductor fuses the
-elementwise chains of the norms, the activation function and the residuals and keeps fewer of
-their outputs). Fitted with the activation constants (``benchmarks/physics_fit.py``), chiefly on
-torchtitan's Llama-3.1-8B FSDP2 pair (82.4 -> 77.0 GiB peak with per-op selective checkpointing)."""
-COMPILE_SPEED = 1.16
-"""The compute efficiency of a compiled step over an eager one: torchtitan's Llama-3.1-8B FSDP2
-with selective checkpointing, 1.157x on 8 and 1.162x on 128 H100s
-(``benchmarks/llama3_h100_202412_torchtitan.md``); the torch_compile knob's registry prior
-(``efficiency``) is replaced by it here."""
 SCORE_BYTES = 5.0
 """Bytes per token, layer, head and key of eager attention's saved scores (Korthikanti et al.
 2022, table 2)."""
@@ -108,14 +100,6 @@ LOGIT_BYTES = 11.3
 """Bytes per token and vocabulary entry of the logits: the fp32 upcast and its gradient (4 + 4) and
 part of the bf16 logits and log-softmax alive beside them; fitted from a start of 8
 (``benchmarks/physics_fit.py``: the project's H100 peaks and Liger's 4K-context OOM)."""
-FOREACH_OPTIMIZERS = frozenset({"adamw_torch"})
-"""The optimizers whose step holds one more copy of the trainable parameters, at the weights'
-width, as temporaries: the foreach AdamW ("uses ~ sizeof(params) more peak memory than the
-for-loop version due to the intermediates being a tensorlist", torch.optim docs, ``foreach``).
-The fused kernel and 8-bit AdamW hold none. The step comes after the backward has freed the
-activations and logits, so only what the temporaries exceed those by adds to the peak; a full
-fine-tune of granite-3.1-2b in bf16 (seed 000) peaks at 10 bytes a parameter where weights,
-gradients and two states count 8."""
 MFU_REF = 0.92
 """The compute efficiency (hardware FLOPs, recomputation included, over the bf16 peak) that a wide
 model's long steps approach on a GPU of :data:`FLOPS_PER_BYTE_REF` (the A100 80GB); with the
@@ -174,9 +158,24 @@ CUDA_SHARE_GDDR = 0.925
 A10G 0.937 (``benchmarks/evidence/gpus.csv``)."""
 
 
-_EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency and k.name != "torch_compile"]
-"""The knobs' prior multipliers of the compute efficiency (the registry's ``efficiency``), but
-torch.compile's, which the evidence fits (:data:`COMPILE_SPEED`)."""
+_EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
+"""The knobs' multipliers of the compute efficiency (the registry's ``efficiency``)."""
+_ACTIVATION_SHARE = [(k.name, k.activation_share) for k in knobs() if k.activation_share]
+"""The knobs' multipliers of the saved activations (the registry's ``activation_share``)."""
+_STEP_COPIES = [(k.name, k.step_copies) for k in knobs() if k.step_copies]
+"""Copies of the trainable weights an optimizer step holds as temporaries (the registry's
+``step_copies``): the foreach AdamW's tensorlist intermediates ("uses ~ sizeof(params) more peak
+memory than the for-loop version", PyTorch's AdamW docs, ``foreach``). The step comes after the
+backward has freed the activations and logits, so only what the temporaries exceed those by adds
+to the peak; a full fine-tune of granite-3.1-2b in bf16 (seed 000) peaks at 10 bytes a parameter
+where weights, gradients and two states count 8."""
+
+
+def _product(tables: list[tuple[str, Any]], c: TrialConfig, start: float = 1.0) -> float:
+    """``start`` times each knob's table entry for ``c``'s value (unlisted: 1)."""
+    for name, table in tables:
+        start *= table.get(getattr(c, name, None), 1.0)
+    return start
 
 
 def _state_bytes(c: TrialConfig, default: float) -> float:
@@ -312,7 +311,7 @@ class JobPhysics:
         a, n = self.arch, max(1, c.number_gpus)
         width = 2.0 if c.precision == "pure_bf16" else 4.0
         weights, grads = width * a.total, width * self.trainable
-        states = _state_bytes(c, 2 * width) * self.trainable
+        states = full_states = _state_bytes(c, 2 * width) * self.trainable
         fsdp = c.distributed_backend == "FSDP"
         if fsdp and c.fsdp_cpu_offload:
             weights, grads, states = 2 * width * a.layer_params, 0.0, 0.0
@@ -325,8 +324,7 @@ class JobPhysics:
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
         mlp = ACTIVATION_MLP if a.gated else ACTIVATION_MLP / 2  # two of the four tensors
         per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
-        if c.torch_compile:
-            per_layer *= COMPILE_ACTIVATION
+        per_layer *= _product(_ACTIVATION_SHARE, c)
         if c.attn_implementation == "eager":
             per_layer += tokens * a.heads * s * SCORE_BYTES
         fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
@@ -337,7 +335,9 @@ class JobPhysics:
             acts += c.per_device_batch_size * s * s * 2.0
         logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
         # the foreach step's temporaries come after the backward freed the activations and logits
-        temporaries = states / 2 if c.optim in FOREACH_OPTIMIZERS else 0.0  # one weight-width copy
+        copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
+        held = states / full_states if full_states else 0.0  # the share of the states on this device
+        temporaries = copies * width * self.trainable * held  # weight-width copies, sharded as the states
         exposed = max(0.0, temporaries - acts - logits)
         return (weights + grads + states + exposed) / GIB, acts / GIB, logits / GIB, self.context_gib
 
@@ -372,9 +372,7 @@ class JobPhysics:
             lora=self.lora,
             checkpointing=fraction,
         ).hardware_flops_per_token
-        speed = self.efficiency(computed) * (COMPILE_SPEED if c.torch_compile else 1.0)
-        for name, table in _EFFICIENCY:
-            speed *= table.get(getattr(c, name, None), 1.0)
+        speed = _product(_EFFICIENCY, c, self.efficiency(computed))
         compute = flops * computed / (self.peak * speed)
         width = 2.0  # collectives move bf16 weights and gradients
         comm = offload = 0.0
