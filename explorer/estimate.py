@@ -321,7 +321,9 @@ def _limit_gib(loaded: LoadedStudy) -> float | None:
     gpu = study_figures(r, node) if r.device != "cpu" or node else None
     if gpu is None:
         return None
-    return gpu.cuda_gib if node and gpu.cuda_gib is not None else gpu.memory_gb
+    from explorer.search._physics import usable_gib
+
+    return usable_gib(gpu)  # the measured memory, else what CUDA reports: the physics' limit
 
 
 def run(path: str, *, storage: str | None, sets: Sequence[str], top: int, as_json: bool) -> int:
