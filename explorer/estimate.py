@@ -21,6 +21,8 @@ from explorer.errors import SpecError
 from explorer.gpus import gpu_figures, is_cpu_model, missing_figures
 
 if TYPE_CHECKING:
+    import optuna
+
     from explorer.gpus import Gpu
     from explorer.search._physics import JobPhysics
     from explorer.spec import LoadedStudy, ResourcesSpec
@@ -168,15 +170,12 @@ def stored_measurements(loaded: LoadedStudy) -> list[Measured] | None:
     """The study's measured trials (ok and OOM), from its storage opened read-only; ``None``: no
     stored study yet."""
     from explorer.record import TrialRecord
-    from explorer.study import answered_without_running, config_of, load_readonly
+    from explorer.study import answered_without_running, config_of
     from explorer.study._record import status_of
 
-    try:
-        study = load_readonly(loaded)
-    except SpecError as exc:
-        if exc.field in ("storage", "name"):
-            return None
-        raise
+    study = _stored(loaded)
+    if study is None:
+        return None
     out = []
     for t in study.get_trials(deepcopy=False):
         status = status_of(t)
@@ -194,15 +193,21 @@ def recorded_node(loaded: LoadedStudy) -> dict[str, Any] | None:
     """The figures ``explorer doctor`` measured on a node of the study's GPU model, from its
     storage opened read-only; ``None``: no stored study, or never measured."""
     from explorer.record import StudyRecord
+
+    study = _stored(loaded)
+    return None if study is None else StudyRecord.of(study).measured_node(loaded.spec.resources.model)
+
+
+def _stored(loaded: LoadedStudy) -> optuna.Study | None:
+    """The study's storage opened read-only; ``None``: no stored study yet."""
     from explorer.study import load_readonly
 
     try:
-        study = load_readonly(loaded)
+        return load_readonly(loaded)
     except SpecError as exc:
         if exc.field in ("storage", "name"):
             return None
         raise
-    return StudyRecord.of(study).measured_node(loaded.spec.resources.model)
 
 
 def study_figures(resources: ResourcesSpec, node: dict[str, Any] | None) -> Gpu | None:

@@ -15,15 +15,13 @@ import sys
 
 import optuna
 
-from explorer.launch import launcher_for
 from explorer.record import TrialRecord
-from explorer.search._strategy import make_strategy
 from explorer.study import open_study
-from explorer.study._loop import Loop
 from explorer.study._peers import Drivers
 from explorer.study_file import load_study
 from tests.builders import REPO
 from tests.test_faults import _study
+from tests.test_two_driver_race import driver_loop
 
 C = {"batch_size": 8, "number_gpus": 1}
 
@@ -63,21 +61,7 @@ def test_a_measurement_on_disk_of_a_dead_driver_is_reused_not_measured_again(wri
     drivers = Drivers.join(study)
     try:
         assert a.stdout is not None and a.stdout.readline().split() == ["written", "0"]
-        loop = Loop(
-            loaded,
-            study,
-            drivers=drivers,
-            launcher=launcher_for(loaded, output_dir=loaded.output_dir),
-            strategy=make_strategy(loaded.space, loaded.spec, per_gpu_ranked=True),
-            owns_launcher=False,
-            printer=print,
-            progress=None,
-            store=None,
-            scope=None,
-            journal=loaded.output_dir,
-            started=0.0,
-            done=0,
-        )
+        loop = driver_loop(loaded, study, drivers, journal=loaded.output_dir)
         study.enqueue_trial(C, skip_if_exists=False)  # trial 1: B's, waits for A's trial 0
         asked = loop._ask(room=True)
         assert asked is not None and asked[0].number == 1 and asked[3] is not None and asked[3].number == 0

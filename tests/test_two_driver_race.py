@@ -138,6 +138,25 @@ class DriverB:
         self.proc.wait(timeout=30)
 
 
+def driver_loop(loaded, study, drivers: Drivers, journal=None) -> Loop:
+    """A driver's loop on ``study`` in this process, its trials stepped by the test."""
+    return Loop(
+        loaded,
+        study,
+        drivers=drivers,
+        launcher=launcher_for(loaded, output_dir=loaded.output_dir),
+        strategy=make_strategy(loaded.space, loaded.spec, per_gpu_ranked=True),
+        owns_launcher=False,
+        printer=print,
+        progress=None,
+        store=None,
+        scope=None,
+        journal=journal,
+        started=0.0,
+        done=0,
+    )
+
+
 @pytest.fixture
 def driver_b():
     started: list[DriverB] = []
@@ -209,21 +228,7 @@ def test_the_retry_handed_to_a_twin_waits_for_the_driver_that_took_the_configura
     loaded = load_study(path)
     study = open_study(loaded, create=True)
     b = driver_b(path)
-    loop = Loop(
-        loaded,
-        study,
-        drivers=Drivers.join(study),
-        launcher=launcher_for(loaded, output_dir=loaded.output_dir),
-        strategy=make_strategy(loaded.space, loaded.spec, per_gpu_ranked=True),
-        owns_launcher=False,
-        printer=print,
-        progress=None,
-        store=None,
-        scope=None,
-        journal=None,
-        started=0.0,
-        done=0,
-    )
+    loop = driver_loop(loaded, study, Drivers.join(study))
     study.enqueue_trial(C)  # trial 0: A runs it (in flight, not launched: its end is told below)
     asked = loop._ask(room=True)
     assert asked is not None and asked[0].number == 0 and asked[3] is None
