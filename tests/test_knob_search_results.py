@@ -15,6 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULT = ROOT / "benchmarks" / "results" / "search_benchmark.knob-tables.json"
 HELD_OUT = ROOT / "benchmarks" / "results" / "search_benchmark.held-out.json"
+FITTED = [
+    ROOT / "benchmarks" / "results" / f"search_benchmark.{n}.fitted-physics.json"
+    for n in ("knob-tables", "held-out")
+]
+"""The same tables re-run with the physics fitted to published measurements (default only)."""
 TARGET = 0.98
 
 
@@ -69,7 +74,9 @@ def rows(result: dict) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("path", [RESULT, HELD_OUT], ids=["seven-tables", "held-out"])
+@pytest.mark.parametrize(
+    "path", [RESULT, HELD_OUT, *FITTED], ids=["seven-tables", "held-out", "seven-fitted", "held-out-fitted"]
+)
 def test_recorded_figures_recompute_from_the_sequences(path):
     result = _result(path)
     recorded = json.loads(
@@ -92,7 +99,9 @@ def test_recorded_figures_recompute_from_the_sequences(path):
             )
 
 
-@pytest.mark.parametrize("path", [RESULT, HELD_OUT], ids=["seven-tables", "held-out"])
+@pytest.mark.parametrize(
+    "path", [RESULT, HELD_OUT, *FITTED], ids=["seven-tables", "held-out", "seven-fitted", "held-out-fitted"]
+)
 def test_docs_show_the_recomputed_figures(path):
     result = _result(path)
     text = (ROOT / "docs" / "benchmarks.md").read_text()
