@@ -63,9 +63,14 @@ def test_a_finished_study_on_a_read_only_filesystem_is_read_by_every_verb(write_
 
 
 @pytest.mark.parametrize("content", [b"", b"this is not an sqlite database, only some text" * 100])
-def test_a_reader_never_writes_a_schema_and_says_what_the_file_is(write_study, tmp_path, capsys, content):
+def test_a_reader_never_writes_a_schema_and_says_what_the_file_is(
+    write_study, tmp_path, capsys, monkeypatch, content
+):
     """A 0-byte file: "no study", still 0 bytes. A damaged file: one line, exit 2, no advice to
-    wait for it to answer."""
+    wait for it to answer. One attempt each: a file without tables is first taken for one that a
+    driver is still creating, and retried for 2 s (tests/test_storage_race.py races that)."""
+    monkeypatch.setattr("explorer.study._storage.RETRIES", 1)
+    monkeypatch.setattr("explorer.status.RETRIES", 1)
     db = tmp_path / "s.db"
     db.write_bytes(content)
     path = _study(write_study, tmp_path, faults={"rate": 0.0}, n_trials=4, storage=f"sqlite:///{db}")
