@@ -18,14 +18,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError
-from explorer.gpus import gpu_figures, is_cpu_model, missing_figures
+from explorer.gpus import describe_measured, missing_figures, study_figures
 
 if TYPE_CHECKING:
     import optuna
 
-    from explorer.gpus import Gpu
     from explorer.search._physics import JobPhysics
-    from explorer.spec import LoadedStudy, ResourcesSpec
+    from explorer.spec import LoadedStudy
     from explorer.trial_config import TrialConfig
 
 __all__ = ["PRIOR_BAND", "Estimate", "Measured", "estimate", "estimate_study", "parse_sets"]
@@ -210,19 +209,6 @@ def _stored(loaded: LoadedStudy) -> optuna.Study | None:
         raise
 
 
-def study_figures(resources: ResourcesSpec, node: dict[str, Any] | None) -> Gpu | None:
-    """The figures that price a study (:func:`explorer.gpus.gpu_figures`: the table's, the
-    node's measured ones over them, the declared ones over both); ``None``: a CPU study without
-    measured figures (ranked at the physics' stand-in, not priced). A CPU node's memory is shared
-    by its processes: each gets the measured allocatable memory over ``gpus_per_node``."""
-    cpu = resources.device == "cpu" or is_cpu_model(resources.gpu_model)
-    if node and node.get("device") == "cpu" and node.get("allocatable_gib"):
-        node = {**node, "allocatable_gib": node["allocatable_gib"] / resources.gpus_per_node}
-    if cpu and not node:
-        return None
-    return gpu_figures(resources.gpu_model, resources.gpu, node)
-
-
 def estimate_study(
     loaded: LoadedStudy, *, sets: dict[str, str], measured: Sequence[Measured] | None = None
 ) -> list[Estimate]:
@@ -276,7 +262,7 @@ def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: i
     node = recorded_node(loaded)
     gpu = study_figures(r, node) if r.device != "cpu" or node else None
     if gpu is not None and node:
-        hardware = f"{r.model} ({_measured_text(gpu, node)})"
+        hardware = f"{r.model} ({describe_measured(gpu, node)})"
     elif gpu is not None:
         hardware = f"{r.model} ({gpu.peak_flops / 1e12:g} TFLOP/s bf16, {gpu.memory_gb:g} GB, {gpu.link} {gpu.link_gbs:g} GB/s)"
     else:
@@ -302,18 +288,6 @@ def describe(loaded: LoadedStudy, rows: list[Estimate], *, top: int, measured: i
             f"{e.peak_memory_gib:>9.2f}  {fits:>4}  {seen:>9}  {knobs}"
         )
     return lines
-
-
-def _measured_text(gpu: Gpu, node: dict[str, Any]) -> str:
-    """The figures that price the study, where ``explorer doctor`` measured the node."""
-    from explorer.gpus import MEASURED
-
-    dtype = node.get("matmul_dtype") if gpu.sources.get("bf16_tflops") == MEASURED else "bf16"
-    bus = f", all-reduce bus {gpu.busbw_gbs:.4g} GB/s" if gpu.busbw_gbs else ""
-    return (
-        f"{gpu.peak_flops / 1e12:.4g} TFLOP/s {dtype}, {gpu.memory_gb:.4g} GiB, {gpu.link} "
-        f"{gpu.link_gbs:.4g} GB/s{bus}; measured by explorer doctor"
-    )
 
 
 def _limit_gib(loaded: LoadedStudy) -> float | None:

@@ -13,16 +13,21 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explorer.spec import ResourcesSpec
 
 __all__ = [
     "FIGURES",
     "GPUS",
     "Gpu",
+    "describe_measured",
     "gpu_figures",
     "is_cpu_model",
     "lookup",
     "missing_figures",
+    "study_figures",
 ]
 
 FIGURES = ("bf16_tflops", "memory_gib", "bandwidth_tbs", "link_gbs")
@@ -678,3 +683,26 @@ GPUS: tuple[Gpu, ...] = (
     ),
 )
 """The cards, one row each (V100: its 16 and 32 GB parts), from ``benchmarks/evidence/gpus.csv``."""
+
+
+def study_figures(resources: ResourcesSpec, node: dict[str, Any] | None) -> Gpu | None:
+    """The figures that price a study (:func:`explorer.gpus.gpu_figures`: the table's, the
+    node's measured ones over them, the declared ones over both); ``None``: a CPU study without
+    measured figures (ranked at the physics' stand-in, not priced). A CPU node's memory is shared
+    by its processes: each gets the measured allocatable memory over ``gpus_per_node``."""
+    cpu = resources.device == "cpu" or is_cpu_model(resources.gpu_model)
+    if node and node.get("device") == "cpu" and node.get("allocatable_gib"):
+        node = {**node, "allocatable_gib": node["allocatable_gib"] / resources.gpus_per_node}
+    if cpu and not node:
+        return None
+    return gpu_figures(resources.gpu_model, resources.gpu, node)
+
+
+def describe_measured(gpu: Gpu, node: dict[str, Any]) -> str:
+    """The figures that price the study, where ``explorer doctor`` measured the node."""
+    dtype = node.get("matmul_dtype") if gpu.sources.get("bf16_tflops") == MEASURED else "bf16"
+    bus = f", all-reduce bus {gpu.busbw_gbs:.4g} GB/s" if gpu.busbw_gbs else ""
+    return (
+        f"{gpu.peak_flops / 1e12:.4g} TFLOP/s {dtype}, {gpu.memory_gb:.4g} GiB, {gpu.link} "
+        f"{gpu.link_gbs:.4g} GB/s{bus}; measured by explorer doctor"
+    )

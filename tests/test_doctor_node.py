@@ -192,7 +192,8 @@ def test_estimate_prices_a_cpu_study_with_the_recorded_figures(cpu_node, tmp_pat
     """Before the doctor records figures a CPU study is ranked at the physics' stand-in; after,
     each estimate is the physics' with the measured figures, and doubling the recorded matmul
     rate raises every estimate by what the physics says, and at most 2x."""
-    from explorer.estimate import describe, estimate_study, study_figures
+    from explorer.estimate import describe, estimate_study
+    from explorer.gpus import study_figures
     from explorer.search._physics import JobPhysics
 
     loaded = _loaded(tmp_path, device_memory_gib=None)
@@ -335,3 +336,52 @@ def test_the_doctor_cli_records_what_its_json_says_and_estimate_prices_with_it(t
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"{measured['matmul_tflops']:.4g} TFLOP/s float32" in proc.stdout
     assert "measured by explorer doctor" in proc.stdout
+
+
+def test_optimize_searches_with_the_figures_the_doctor_recorded(cpu_node, tmp_path):
+    """The default search's physics is priced with the node's recorded figures: ``optimize`` says
+    so, and the joint models' estimates are the physics' with those figures, not the stand-in's."""
+    import dataclasses
+
+    import numpy as np
+
+    from explorer.gpus import study_figures
+    from explorer.search import make_strategy
+    from explorer.search._physics import JobPhysics, physics_parts
+    from explorer.study import optimize
+    from explorer.study_file import load_study
+
+    loaded = load_study(
+        ROOT / "studies" / "cpu-table.yaml",
+        storage=f"sqlite:///{tmp_path}/table.db",
+        replay_table=ROOT / "benchmarks" / "results" / "tables" / "cpu-quickstart.csv",
+    )
+    spec = loaded.spec.model_copy(update={"n_trials": 2})
+    loaded = dataclasses.replace(loaded, spec=spec)
+    said: list[str] = []
+    optimize(loaded, printer=said.append, write_ahead=False)
+    assert not any(line.startswith("search: the physics priced at") for line in said), said
+
+    record_findings(loaded, _report(cpu_node, gpu_model=spec.resources.model))
+    said.clear()
+    optimize(dataclasses.replace(loaded, spec=spec.model_copy(update={"n_trials": 4})), printer=said.append)
+    (line,) = [line for line in said if line.startswith("search: the physics priced at")]
+    assert (
+        f"{cpu_node['matmul_tflops']:.4g} TFLOP/s float32" in line and "measured by explorer doctor" in line
+    )
+
+    figures = study_figures(spec.resources, cpu_node)
+    strategy = make_strategy(loaded.space, spec, per_gpu_ranked=True)
+    assert strategy.price_with(figures)
+    parts = strategy.local.encoding().parts  # type: ignore[attr-defined]
+    configs = strategy.valid()
+    expected = physics_parts(
+        JobPhysics(workload=spec.workload, resources=spec.resources, figures=figures), configs
+    )
+    stand_in = physics_parts(JobPhysics(workload=spec.workload, resources=spec.resources), configs)
+    assert (
+        parts is not None
+        and np.allclose(parts.time, expected.time)
+        and np.allclose(parts.memory, expected.memory)
+    )
+    assert not np.allclose(parts.time, stand_in.time)

@@ -42,6 +42,7 @@ import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from explorer.gpus import Gpu
 from explorer.knobs import Axis, Knob, knobs
 from explorer.search._frontier import Modes, frontier_probe
 from explorer.search._inference import inferred_oom
@@ -87,6 +88,10 @@ class LocalSearch:
     workload: WorkloadSpec | None = None
     """The job, for the joint models' first-principles priors (:mod:`explorer.search._physics`);
     ``None`` or a model without a known architecture: the registry's orders are the priors."""
+    figures: Gpu | None = None
+    """What prices the physics: the table's figures with those ``explorer doctor`` measured on the
+    node over them (:func:`explorer.gpus.study_figures`); ``None``: the table's, or the CPU's
+    stand-in."""
     _moves_cache: dict[TrialConfig, list[TrialConfig]] = field(default_factory=dict, repr=False)
     _valid: list[TrialConfig] = field(default_factory=list, repr=False)
     _modes: Modes | None = field(default=None, repr=False)
@@ -108,7 +113,7 @@ class LocalSearch:
     def _physics(self) -> JobPhysics | None:
         if self.workload is None or not self.workload.model.architecture:
             return None
-        return JobPhysics(workload=self.workload, resources=self.resources)
+        return JobPhysics(workload=self.workload, resources=self.resources, figures=self.figures)
 
     def _modelled_pick(
         self,

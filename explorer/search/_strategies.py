@@ -26,6 +26,8 @@ from explorer.trial_config import TrialConfig
 if TYPE_CHECKING:
     import optuna
 
+    from explorer.gpus import Gpu
+
 __all__ = [
     "FRONTIER",
     "CoverStart",
@@ -78,6 +80,16 @@ class Default(Strategy):
     def valid(self) -> list[TrialConfig]:
         """Local search's valid configurations (the same ones, enumerated once)."""
         return self.local.valid()
+
+    def price_with(self, figures: Gpu | None) -> bool:
+        """The joint models' physics priced at ``figures`` (see :meth:`Strategy.price_with`)."""
+        self.local.figures = figures
+        self.local._encoding = None  # encoded again, lazily, with these figures
+        return (
+            self.local.modelled
+            and self.local.workload is not None
+            and bool(self.local.workload.model.architecture)
+        )
 
     def choose(self, state: StudyState) -> Proposal | None:
         """A start-up configuration (the frontier walk's probe, or one that covers the space), then

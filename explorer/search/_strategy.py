@@ -26,6 +26,8 @@ from explorer.validity import invalid_reason
 if TYPE_CHECKING:
     import optuna
 
+    from explorer.gpus import Gpu
+
 __all__ = [
     "EXPLORE_AFTER",
     "STRATEGY_CLASSES",
@@ -95,6 +97,12 @@ class Strategy:
     def sampler(self) -> optuna.samplers.BaseSampler:
         """The Optuna sampler, asked when :meth:`propose` has nothing: the study file's ``kind``."""
         return make_sampler(self.spec.sampler)
+
+    def price_with(self, figures: Gpu | None) -> bool:
+        """Price whatever physics the strategy reasons with at ``figures`` (the table's with the
+        node's measured ones over them, :func:`explorer.gpus.study_figures`), before its first
+        proposal; whether it reasons with any (the base strategy: no)."""
+        return False
 
     def propose(self, state: StudyState) -> Proposal | None:
         """The configuration to run next, or ``None`` (the sampler's turn): with

@@ -76,7 +76,9 @@ def optimize(
     """
     from optuna.storages import RDBStorage
 
+    from explorer.gpus import describe_measured, study_figures
     from explorer.launch import launcher_for
+    from explorer.record import StudyRecord
     from explorer.store import MeasurementStore, StoreScope
 
     spec = loaded.spec
@@ -87,6 +89,10 @@ def optimize(
         loaded, sampler=sampler or strategy.sampler(), storage=storage, write_ahead=write_ahead
     )
     try:
+        node = StudyRecord.of(study).measured_node(spec.resources.model)
+        figures = study_figures(spec.resources, node)
+        if strategy.price_with(figures) and node and figures is not None:
+            printer(f"search: the physics priced at {describe_measured(figures, node)}")
         store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
         scope = StoreScope.for_study(loaded) if store is not None else None
         journal = loaded.output_dir if write_ahead else None
