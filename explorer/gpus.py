@@ -76,6 +76,9 @@ class Gpu:
     busbw_gbs: float | None = None
     """The all-reduce bus bandwidth ``explorer doctor`` measured between the node's devices
     (nccl-tests' convention), GB/s; ``None``: not measured (the physics assumes one by the link)."""
+    inter_node_gbs: float | None = None
+    """The all-reduce bus bandwidth ``explorer doctor`` measured between two nodes of a Ray
+    cluster, GB/s; ``None``: not measured (the physics assumes a fabric)."""
 
     @property
     def peak_flops(self) -> float:
@@ -158,7 +161,7 @@ def gpu_figures(
         if row
         else {}
     )
-    if not given and not found:
+    if not given and not found and not (measured or {}).get("inter_node"):
         return row
     figures = {**base, **found, **given}
     if row and "link_gbs" not in given:
@@ -172,6 +175,7 @@ def gpu_figures(
     sources.update({_FIELD[k]: DECLARED for k in given})
     memory = {**found, **given}.get("memory_gib")
     busbw = _measured(measured).get("link_gbs")
+    between = _measured((measured or {}).get("inter_node")).get("link_gbs")
     return Gpu(
         label=row.label if row else str(name),
         nvml_name=row.nvml_name if row else str(name),
@@ -186,6 +190,7 @@ def gpu_figures(
         link_gbs=figures["link_gbs"],
         sources=sources,
         busbw_gbs=busbw,
+        inter_node_gbs=between,
     )
 
 
@@ -702,6 +707,8 @@ def describe_measured(gpu: Gpu, node: dict[str, Any]) -> str:
     """The figures that price the study, where ``explorer doctor`` measured the node."""
     dtype = node.get("matmul_dtype") if gpu.sources.get("bf16_tflops") == MEASURED else "bf16"
     bus = f", all-reduce bus {gpu.busbw_gbs:.4g} GB/s" if gpu.busbw_gbs else ""
+    if gpu.inter_node_gbs:
+        bus += f", between nodes {gpu.inter_node_gbs:.4g} GB/s"
     return (
         f"{gpu.peak_flops / 1e12:.4g} TFLOP/s {dtype}, {gpu.memory_gb:.4g} GiB, {gpu.link} "
         f"{gpu.link_gbs:.4g} GB/s{bus}; measured by explorer doctor"

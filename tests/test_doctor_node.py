@@ -385,3 +385,48 @@ def test_optimize_searches_with_the_figures_the_doctor_recorded(cpu_node, tmp_pa
         and np.allclose(parts.memory, expected.memory)
     )
     assert not np.allclose(parts.time, stand_in.time)
+
+
+def test_a_measured_fabric_prices_the_collectives_that_cross_nodes(cpu_node, tmp_path):
+    """A Ray cluster's measured between-nodes bus bandwidth replaces the assumed fabric for the
+    configurations that span nodes; those within a node keep the node's link."""
+    from explorer.gpus import describe_measured, study_figures
+    from explorer.search._physics import INTER_NODE_BYTES_S, JobPhysics
+
+    from explorer.study_file import load_study
+
+    loaded = _loaded(tmp_path, device_memory_gib=None)
+    raw = yaml.safe_load(loaded.file.read_text())
+    raw["resources"].update(gpus_per_node=1, nodes=2)
+    raw["search_space"] = {
+        "parameters": {
+            "batch_size": {"values": [4, 8]},
+            "number_gpus": {"values": [1, 2]},
+            "number_nodes": {"values": [1, 2]},
+            "distributed_backend": {"choices": ["DDP", "FSDP"]},
+            "fsdp_version": 2,
+            "fsdp_sharding_strategy": "FULL_SHARD",
+            "gradient_checkpointing": False,
+        }
+    }
+    loaded.file.write_text(yaml.safe_dump(raw))
+    loaded = load_study(loaded.file, check_model=False, check_launcher=False, check_hub=False)
+    r = loaded.spec.resources
+    slow = {"backend": "gloo", "allreduce_busbw_gbs": 0.01, "allgather_busbw_gbs": 0.005}
+    alone, joined = study_figures(r, cpu_node), study_figures(r, {**cpu_node, "inter_node": slow})
+    assert alone is not None and joined is not None
+    assert alone.inter_node_gbs is None and joined.inter_node_gbs == pytest.approx(0.01)
+    assert "between nodes 0.01 GB/s" in describe_measured(joined, cpu_node)
+    before = JobPhysics(workload=loaded.spec.workload, resources=r, figures=alone)
+    after = JobPhysics(workload=loaded.spec.workload, resources=r, figures=joined)
+    assert before.fabric == INTER_NODE_BYTES_S and after.fabric == pytest.approx(0.01e9)
+    configs = [c for c in loaded.space.enumerate() if c.distributed_backend != "NONE"]
+    across = [c for c in configs if int(c.number_nodes) > 1]
+    within = [c for c in loaded.space.enumerate() if int(c.number_nodes) == 1]
+    assert across and within
+    for c in across:  # the collectives at 0.01 GB/s instead of the node's link
+        assert after.time_parts(c)[2] == pytest.approx(
+            before.time_parts(c)[2] * before.link / 0.01e9, rel=1e-9
+        )
+    for c in within:
+        assert after.time_parts(c) == pytest.approx(before.time_parts(c))

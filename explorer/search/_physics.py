@@ -285,6 +285,11 @@ class JobPhysics:
         self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
         if figures is not None and figures.busbw_gbs:  # measured on the node by explorer doctor
             self.link = figures.busbw_gbs * 1e9
+        self.fabric = INTER_NODE_BYTES_S
+        """Bus bandwidth of the collectives that cross nodes, bytes/s (measured between two nodes
+        by explorer doctor, else :data:`INTER_NODE_BYTES_S`)."""
+        if figures is not None and figures.inter_node_gbs:
+            self.fabric = figures.inter_node_gbs * 1e9
         self.context_gib = 0.0 if resources.device == "cpu" or gpu == CPU_MODEL else CONTEXT_GIB
         cap = resources.device_memory_gib
         self.limit_gib = cap if cap is not None else usable_gib(figures) if figures is not None else None
@@ -376,7 +381,7 @@ class JobPhysics:
         compute = flops * computed / (self.peak * speed)
         width = 2.0  # collectives move bf16 weights and gradients
         comm = offload = 0.0
-        link = self.link if int(c.number_nodes) <= 1 else min(self.link, INTER_NODE_BYTES_S)
+        link = self.link if int(c.number_nodes) <= 1 else min(self.link, self.fabric)
         if n > 1 and c.distributed_backend == "DDP":
             comm = 2 * width * self.trainable * (n - 1) / n / link
         elif n > 1 and c.distributed_backend == "FSDP":
