@@ -276,6 +276,7 @@ def point(row: dict[str, str]) -> Point:
         fsdp_sharding_strategy=("SHARD_GRAD_OP" if "SHARD_GRAD_OP" in sharding else "FULL_SHARD")
         if backend
         else None,
+        fsdp_version=(2 if sharding.startswith("FSDP2") else 1) if backend else None,
         gradient_checkpointing=fraction > 0,
         checkpoint_fraction=fraction if fraction > 0 else 1.0,
         model_max_length=seq,

@@ -352,11 +352,11 @@ def test_optimize_searches_with_the_figures_the_doctor_recorded(cpu_node, tmp_pa
     from explorer.study_file import load_study
 
     loaded = load_study(
-        ROOT / "studies" / "cpu-table.yaml",
+        ROOT / "studies" / "quickstart.yaml",
         storage=f"sqlite:///{tmp_path}/table.db",
         replay_table=ROOT / "benchmarks" / "results" / "tables" / "cpu-quickstart.csv",
     )
-    spec = loaded.spec.model_copy(update={"n_trials": 2})
+    spec = loaded.spec.model_copy(update={"n_trials": 1})
     loaded = dataclasses.replace(loaded, spec=spec)
     said: list[str] = []
     optimize(loaded, printer=said.append, write_ahead=False)
@@ -364,7 +364,7 @@ def test_optimize_searches_with_the_figures_the_doctor_recorded(cpu_node, tmp_pa
 
     record_findings(loaded, _report(cpu_node, gpu_model=spec.resources.model))
     said.clear()
-    optimize(dataclasses.replace(loaded, spec=spec.model_copy(update={"n_trials": 4})), printer=said.append)
+    optimize(dataclasses.replace(loaded, spec=spec.model_copy(update={"n_trials": 2})), printer=said.append)
     (line,) = [line for line in said if line.startswith("search: the physics priced at")]
     assert (
         f"{cpu_node['matmul_tflops']:.4g} TFLOP/s float32" in line and "measured by explorer doctor" in line
@@ -392,7 +392,6 @@ def test_a_measured_fabric_prices_the_collectives_that_cross_nodes(cpu_node, tmp
     configurations that span nodes; those within a node keep the node's link."""
     from explorer.gpus import describe_measured, study_figures
     from explorer.search._physics import INTER_NODE_BYTES_S, JobPhysics
-
     from explorer.study_file import load_study
 
     loaded = _loaded(tmp_path, device_memory_gib=None)

@@ -65,6 +65,16 @@ default since issue 23; the ``walk`` strategy, :mod:`explorer.search._strategies
 its own: the walk, then neighbours of the best configurations)."""
 
 
+CONTRAST = 1.10
+"""A switch whose declared speed-up (:attr:`explorer.knobs.Knob.efficiency`) is this large or
+larger is measured once both ways (:meth:`LocalSearch.contrast`)."""
+CONTRAST_AFTER = 6
+"""Feasible trials measured before a contrast: the first ones find what fits; a contrast then
+tests the switch around a configuration the search has settled near."""
+_CONTRASTED = [k for k in knobs() if k.kind == "bool" and k.efficiency]
+"""The switches with a declared speed-up."""
+
+
 @dataclass(kw_only=True)
 class LocalSearch:
     """Proposes unanswered neighbours of the best configurations found so far."""
@@ -252,6 +262,38 @@ class LocalSearch:
             )
             best = ranked[0][0] if ranked and ranked[0][0] in self.encoding().index else None
             return self._modelled_pick(surrogate, answered, ooms, salt, best)
+
+    def contrast(
+        self,
+        *,
+        feasible: Iterable[tuple[TrialConfig, float]],
+        answered: set[str],
+        ooms: list[tuple[int, TrialConfig]],
+    ) -> TrialConfig | None:
+        """The best configuration with a switch flipped whose declared speed-up
+        (:attr:`explorer.knobs.Knob.efficiency`, :data:`CONTRAST`) no measured pair has tested:
+        the best measured has it on and no feasible trial has it off. A prior that large steers
+        every proposal to one side, and trials on that side alone cannot tell the switch's
+        effect from the rest of the calibration; one twin can. ``None``: nothing to contrast."""
+        ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
+        if len(ranked) < CONTRAST_AFTER or self.workload is None or not self.workload.model.architecture:
+            return None
+        best = ranked[0][0]
+        for k in _CONTRASTED:
+            domain = self.space.domains.get(k.name)
+            value = getattr(best, k.name, None)
+            if domain is None or len(domain.values) < 2 or k.efficiency.get(value, 1.0) < CONTRAST:
+                continue
+            if any(getattr(c, k.name, None) != value for c, _ in ranked):
+                continue
+            for twin in self._with(best, {k.name: not value}):
+                if (
+                    twin.key() not in answered
+                    and invalid_reason(twin, self.resources) is None
+                    and inferred_oom(twin, ooms) is None
+                ):
+                    return twin
+        return None
 
     def modes(self) -> Modes:
         """The valid configurations by mode (:class:`~explorer.search._frontier.Modes`), built once."""

@@ -152,6 +152,11 @@ class Default(Strategy):
             return probe
         if self._sampler_turn(state):
             return None
+        feasible = [(c, v) for c, v, _ in state.feasible.values()]
+        if (
+            twin := self.local.contrast(feasible=feasible, answered=state.answered, ooms=state.ooms)
+        ) is not None:
+            return Proposal(twin, "contrast")
         config = self.local.modelled_next(
             feasible=[(c, v) for c, v, _ in state.feasible.values()],
             answered=state.answered,
