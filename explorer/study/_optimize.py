@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
     from explorer.launch import Launcher
     from explorer.progress import ProgressHook
+    from explorer.search import Strategy
+    from explorer.spec import StudySpec
 
 __all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "optimize"]
 
@@ -76,9 +78,7 @@ def optimize(
     """
     from optuna.storages import RDBStorage
 
-    from explorer.gpus import describe_measured, study_figures
     from explorer.launch import launcher_for
-    from explorer.record import StudyRecord
     from explorer.store import MeasurementStore, StoreScope
 
     spec = loaded.spec
@@ -89,10 +89,7 @@ def optimize(
         loaded, sampler=sampler or strategy.sampler(), storage=storage, write_ahead=write_ahead
     )
     try:
-        node = StudyRecord.of(study).measured_node(spec.resources.model)
-        figures = study_figures(spec.resources, node)
-        if strategy.price_with(figures) and node and figures is not None:
-            printer(f"search: the physics priced at {describe_measured(figures, node)}")
+        _price_search(strategy, study, spec, printer)
         store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
         scope = StoreScope.for_study(loaded) if store is not None else None
         journal = loaded.output_dir if write_ahead else None
@@ -189,6 +186,17 @@ def _open_run(
         if StudyRecord.of(study).n_trials != n_trials:
             write_study(study, RUN_N_TRIALS, n_trials)
     return loaded, study, storage, drivers
+
+
+def _price_search(strategy: Strategy, study: optuna.Study, spec: StudySpec, printer: Printer) -> None:
+    """Price the strategy's physics with the figures ``explorer doctor`` recorded on the study (the
+    table's where it recorded none), and say so when it uses measured ones."""
+    from explorer.gpus import describe_measured, study_figures
+
+    node = StudyRecord.of(study).measured_node(spec.resources.model)
+    figures = study_figures(spec.resources, node)
+    if strategy.price_with(figures) and node and figures is not None:
+        printer(f"search: the physics priced at {describe_measured(figures, node)}")
 
 
 def _resume(
