@@ -31,6 +31,19 @@ from explorer.study._interrupt import Interrupted, StopRequest
 from explorer.study_file import load_study
 from tests.builders import REPO, run_cli, start_cli
 
+
+@pytest.fixture(autouse=True)
+def sighup_not_ignored():
+    """SIGHUP at its default in this process and the ones it starts. Under ``nohup`` it arrives
+    ignored, and explorer rightly keeps an ignored SIGHUP ignored (``StopRequest``, Ray's start):
+    these tests send SIGHUP and expect it answered."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 START_LIMIT_S = 240.0
 """How long a driver may take to start its trial's rank (Ray, the zygote's imports, on 2 busy cores)."""
 DUMP = "SIGTERM received"  # Abseil's failure signal dump, as Ray's core worker wrote it before
