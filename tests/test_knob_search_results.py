@@ -203,3 +203,24 @@ def test_the_current_search_is_no_worse_over_the_tables_than_before_the_physics_
         assert now <= summary(_result(before), "default")["median"], current.name
     knobs = summary(_result(CURRENT[0]), "default")["median"]
     assert knobs <= summary(_result(FITTED[0]), "default")["median"]
+
+
+EARLIER_NOW = [
+    ROOT / "benchmarks" / "results" / f"search_benchmark.{n}.current.json" for n in ("earlier", "knobs")
+]
+"""The earlier tables (the CPU quickstart, the measured granite and llama tables, the granite
+knobs table) re-run with the search as it is: 40 seeds of 60 trials, as first recorded."""
+
+
+@pytest.mark.parametrize("path", EARLIER_NOW, ids=["earlier", "granite-knobs"])
+def test_the_earlier_tables_figures_recompute_and_the_docs_show_them(path):
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for name, table in _result(path).items():
+        v = table["variants"]["default"]
+        f = figures(table, "default")
+        assert f["runs"] == v["runs"] == 40 and table["n_trials"] == 60
+        assert f["median"] == _median(v["trials_to_98pct"])
+        assert f["best_after_20"] == pytest.approx(v["mean_best_after_20_over_best"])
+        p90 = _p90(v["trials_to_98pct"])
+        row = f"| {name.removesuffix('.csv')} | {_cell(f['median'])} | {_cell(p90)} | {f['best_after_20']:.3f} |"
+        assert row in text, row
