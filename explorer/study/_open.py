@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from explorer.record import StudyRecord, TrialRecord, write_study
@@ -124,12 +125,28 @@ def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
 
 
 def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
-    """For ``sampler: grid``: enqueue every valid configuration not yet in the study."""
-    seen = {TrialRecord.of(t).config_key for t in study.get_trials(deepcopy=False)}
+    """For ``sampler: grid``: enqueue every valid configuration not yet in the study.
+
+    The study's trials are read once: a configuration is in it when a trial recorded its key or
+    holds its parameters (asked, or enqueued and still waiting). Optuna's own check
+    (``enqueue_trial(skip_if_exists=True)``) reads every trial again for each enqueue, which cost
+    19 s for a 196-configuration grid and grows with the square of its size."""
+    trials = study.get_trials(deepcopy=False)
+    seen = {TrialRecord.of(t).config_key for t in trials}
+    held = {_params_key(t.system_attrs.get("fixed_params", t.params)) for t in trials}
     n = 0
     for config in loaded.space.enumerate():
         if config.key() in seen or invalid_reason(config, loaded.spec.resources):
             continue
-        study.enqueue_trial(loaded.space.params_for(config), skip_if_exists=True)
+        params = loaded.space.params_for(config)
+        if _params_key(params) in held:
+            continue
+        study.enqueue_trial(params)
+        held.add(_params_key(params))
         n += 1
     return n
+
+
+def _params_key(params: Mapping[str, object]) -> frozenset[tuple[str, object]]:
+    """A trial's parameters as a set, for comparing two trials' in one lookup."""
+    return frozenset(params.items())
