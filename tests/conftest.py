@@ -183,7 +183,12 @@ SLOW_FOR_TIME = frozenset(
         # The longest tests of the default suite (``--durations`` on a shared 2-core machine, in
         # benchmarks/results/suite_durations.txt), moved to ``make test-slow`` so that ``make test``
         # stays under 10 minutes; each path keeps a shorter test in the default suite (named after #).
-        "test_signals.py::test_sigterm_to_the_process_group_marks_the_trial_interrupted_and_the_resume_finishes",  # 63 s; ctrl_c
+        "test_signals.py::test_sigterm_to_the_process_group_marks_the_trial_interrupted_and_the_resume_finishes",  # 63 s; once_stopping
+        "test_signals.py::test_ctrl_c_to_the_process_group_exits_130_with_one_line",  # 15 s; once_stopping, while_ray_starts
+        "test_storage_race.py::test_processes_opening_a_fresh_file_at_once_all_succeed",  # 14 s; test_read_only_study, test_concurrency
+        "test_search_benchmark.py::test_the_command_replays_each_variant",  # 9 s; the rest of test_search_benchmark
+        "test_ray_address.py::test_a_server_that_accepts_but_never_answers_is_one_line_within_seconds",  # 8 s; the probe tests
+        "test_warm_start.py::test_the_zygote_exits_with_its_owner",  # 7 s; a_second_owner_gets_a_zygote
         "test_run_knobs.py::test_a_study_searches_the_new_knobs",  # 58 s; test_knobs, test_apply
         "test_cli_measure.py::test_measure_exits_1_when_no_repeat_measured",  # 51 s; refuses_an_invalid
         "test_backends.py::test_lora_through_peft[FSDP2]",  # 46 s

@@ -86,7 +86,6 @@ def test_a_real_ray_cluster_passes(ray_local, write_study):
     assert loaded.spec.launcher.address == gcs
 
 
-@pytest.mark.slow  # waits out Ray's own connect timeout: about 8 s
 def test_a_server_that_accepts_but_never_answers_is_one_line_within_seconds(write_study):
     """The case a TCP connect cannot catch: something accepts the connection and says nothing."""
     listener = socket.socket()

@@ -75,7 +75,6 @@ def _table(path: Path) -> tuple[Path, float]:
     return path, best
 
 
-@pytest.mark.slow  # every variant replayed: about 9 s
 def test_the_command_replays_each_variant(write_study, tmp_path):
     table, best = _table(tmp_path / "t.csv")
     study = write_study(SMALL_SPACE)

@@ -220,7 +220,6 @@ def test_sigterm_to_the_process_group_marks_the_trial_interrupted_and_the_resume
     assert audited.returncode == 0 and "accounting: ok" in audited.stdout, audited.stdout + audited.stderr
 
 
-@pytest.mark.slow  # a real study stopped by a signal and a cold torchrun start: about 15 s
 def test_ctrl_c_to_the_process_group_exits_130_with_one_line(write_study, tmp_path):
     """A terminal's Ctrl-C signals the foreground process group: the driver and Ray's processes.
     The trial starts cold here: its rank runs under torchrun, in a session of its own."""

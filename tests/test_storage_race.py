@@ -6,8 +6,6 @@ from __future__ import annotations
 import multiprocessing
 import time
 
-import pytest
-
 
 def _open(url: str, start: float) -> str:
     from explorer.study._storage import open_storage
@@ -21,7 +19,6 @@ def _open(url: str, start: float) -> str:
     return "ok"
 
 
-@pytest.mark.slow  # three rounds of six spawned interpreters: about 14 s
 def test_processes_opening_a_fresh_file_at_once_all_succeed(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(6) as pool:

@@ -62,7 +62,6 @@ def test_a_rank_dies_when_its_client_hangs_up(make_job, tmp_path):
     kill_ranks([])  # nothing left to kill
 
 
-@pytest.mark.slow  # waits for the zygote to notice its owner gone: about 7 s
 def test_the_zygote_exits_with_its_owner(tmp_path):
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     try:
