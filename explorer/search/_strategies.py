@@ -158,7 +158,7 @@ class Default(Strategy):
         ) is not None:
             return Proposal(twin, "contrast")
         config = self.local.modelled_next(
-            feasible=[(c, v) for c, v, _ in state.feasible.values()],
+            feasible=feasible,
             answered=state.answered,
             ooms=state.ooms,
             peaks=state.peaks.values(),
