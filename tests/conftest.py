@@ -189,6 +189,8 @@ SLOW_FOR_TIME = frozenset(
         "test_search_benchmark.py::test_the_command_replays_each_variant",  # 9 s; the rest of test_search_benchmark
         "test_ray_address.py::test_a_server_that_accepts_but_never_answers_is_one_line_within_seconds",  # 8 s; the probe tests
         "test_warm_start.py::test_the_zygote_exits_with_its_owner",  # 7 s; a_second_owner_gets_a_zygote
+        "test_search_sequences.py::test_benchmark_search_walks_the_recorded_trials[granite-3.1-2b-wide]",  # 9 s; the other tables
+        "test_measurement.py::test_dataset_tokens_recount_in_every_padding_mode[longest-1-NONE]",  # 8 s; [packed-1-NONE]
         "test_run_knobs.py::test_a_study_searches_the_new_knobs",  # 58 s; test_knobs, test_apply
         "test_cli_measure.py::test_measure_exits_1_when_no_repeat_measured",  # 51 s; refuses_an_invalid
         "test_backends.py::test_lora_through_peft[FSDP2]",  # 46 s
