@@ -120,9 +120,20 @@ class LocalSearch:
             self._keys = {c.key(): i for i, c in enumerate(self.valid())}
         return self._encoding
 
+    @property
+    def has_physics(self) -> bool:
+        """Whether the job's architecture is known, so first-principles priors exist."""
+        return self.workload is not None and bool(self.workload.model.architecture)
+
+    def price_with(self, figures: Gpu | None) -> None:
+        """Price the physics at ``figures`` (:attr:`figures`); encoded again when next asked."""
+        self.figures = figures
+        self._encoding = None
+
     def _physics(self) -> JobPhysics | None:
-        if self.workload is None or not self.workload.model.architecture:
+        if not self.has_physics:
             return None
+        assert self.workload is not None
         return JobPhysics(workload=self.workload, resources=self.resources, figures=self.figures)
 
     def _modelled_pick(
@@ -276,7 +287,7 @@ class LocalSearch:
         every proposal to one side, and trials on that side alone cannot tell the switch's
         effect from the rest of the calibration; one twin can. ``None``: nothing to contrast."""
         ranked = sorted(feasible, key=lambda cv: cv[1], reverse=True)
-        if len(ranked) < CONTRAST_AFTER or self.workload is None or not self.workload.model.architecture:
+        if len(ranked) < CONTRAST_AFTER or not self.has_physics:
             return None
         best = ranked[0][0]
         for k in _CONTRASTED:

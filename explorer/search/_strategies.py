@@ -83,13 +83,8 @@ class Default(Strategy):
 
     def price_with(self, figures: Gpu | None) -> bool:
         """The joint models' physics priced at ``figures`` (see :meth:`Strategy.price_with`)."""
-        self.local.figures = figures
-        self.local._encoding = None  # encoded again, lazily, with these figures
-        return (
-            self.local.modelled
-            and self.local.workload is not None
-            and bool(self.local.workload.model.architecture)
-        )
+        self.local.price_with(figures)
+        return self.local.modelled and self.local.has_physics
 
     def choose(self, state: StudyState) -> Proposal | None:
         """A start-up configuration (the frontier walk's probe, or one that covers the space), then
