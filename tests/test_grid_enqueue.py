@@ -1,6 +1,6 @@
 """``sampler: grid`` enqueues every valid configuration once: a resumed study adds none of the
 ones already waiting, asked or recorded, and the enqueue reads the trials once (Optuna's own
-duplicate check reads them all for every enqueue: 19 s for this 196-configuration grid)."""
+duplicate check reads them all for every enqueue: about 6 s for this 196-configuration grid)."""
 
 from __future__ import annotations
 

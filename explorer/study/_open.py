@@ -129,8 +129,8 @@ def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:
 
     The study's trials are read once: a configuration is in it when a trial recorded its key or
     holds its parameters (asked, or enqueued and still waiting). Optuna's own check
-    (``enqueue_trial(skip_if_exists=True)``) reads every trial again for each enqueue, which cost
-    19 s for a 196-configuration grid and grows with the square of its size."""
+    (``enqueue_trial(skip_if_exists=True)``) reads every trial again for each enqueue: 5.8-6.2 s
+    for a 196-configuration grid against 0.8-0.9 s this way, and it grows with the grid's square."""
     trials = study.get_trials(deepcopy=False)
     seen = {TrialRecord.of(t).config_key for t in trials}
     held = {_params_key(t.system_attrs.get("fixed_params", t.params)) for t in trials}
