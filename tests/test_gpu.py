@@ -26,7 +26,7 @@ from tests.builders import TINY_GRANITE
 
 pytestmark = pytest.mark.gpu
 
-CUDA = {"resources": {"device": "cuda", "gpu_model": "gpu", "device_memory_gib": None}}
+CUDA = {"resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None}}
 
 
 @pytest.fixture(autouse=True)

@@ -42,7 +42,7 @@ CUDA_STUDY = {
         "torch_dtype": "bfloat16",
     },
     "measurement": {"warmup_steps": 2, "measured_steps": 4, "trial_timeout_s": 600},
-    "resources": {"device": "cuda", "gpu_model": "gpu", "device_memory_gib": None, "gpus_per_node": 1},
+    "resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None, "gpus_per_node": 1},
 }
 
 

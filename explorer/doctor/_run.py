@@ -84,6 +84,14 @@ def _row(case: Case, m: Measurement | None, seconds: float | None, key: str | No
     )
 
 
+def _unblamed(rows: list[Row]) -> list[Row]:
+    """``rows``, where no smoke run ran: each failure then belongs to the node or the set-up
+    (the baseline failed too), not to its value, and blocks nothing in optimize."""
+    if any(r.status == RAN for r in rows):
+        return rows
+    return [replace(r, blocks=False) if r.status == FAILED else r for r in rows]
+
+
 def run_doctor(
     loaded: LoadedStudy,
     *,
@@ -124,7 +132,7 @@ def run_doctor(
                 fh.write(json.dumps(asdict(row)) + "\n")
             if on_row is not None:
                 on_row(row)
-    rows = [_row(c, *found.get(id(c), (None, None, None))) for c in cases]
+    rows = _unblamed([_row(c, *found.get(id(c), (None, None, None))) for c in cases])
     report = DoctorReport(
         study=spec.name,
         gpu_model=spec.resources.model,

@@ -75,8 +75,10 @@ def trial_environment(job: TrialJob, *, cpu_count: int, base: dict[str, str] | N
 
 
 def zygote_environment(*, cpu_count: int, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The warm-start zygote's environment: a trial's, with every core (ranks set their own threads)."""
-    return _environment(cpu_count, base)
+    """The warm-start zygote's environment: a trial's, with every core (ranks set their own threads),
+    and ``torch.cuda.is_available()`` answered by NVML: an import that asks it (accelerate and
+    transformers do) then leaves CUDA alone, and the zygote's forked ranks can still use it."""
+    return {"PYTORCH_NVML_BASED_CUDA_CHECK": "1", **_environment(cpu_count, base)}
 
 
 def rank_environments(

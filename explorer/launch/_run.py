@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -85,9 +86,12 @@ def run_trial(
     n = job.config.number_gpus
     single_node = job.config.number_nodes == 1 and rendezvous is None
     warm = warm_start and single_node and (n == 1 or runner == "torchrun")
+    if warm and zygote is None:
+        zygote = _own_zygote()
+        warm = zygote is not None
     oom_kills = host_oom_kills()  # the kernel's, for the cgroup the trial's processes start in
     started = time.perf_counter()
-    if warm:
+    if warm and zygote is not None:
         returncode, timed_out = _run_warm(job, work_dir, log_path, env, timeout_s, zygote)
     else:
         returncode, timed_out = _run_cold(job, work_dir, log_path, env, runner, timeout_s, rendezvous)
@@ -149,19 +153,28 @@ def _run_cold(
     return proc.returncode, timed_out
 
 
+def _own_zygote() -> Path | None:
+    """The socket of the zygote this process owns, started if need be; ``None`` when the zygote
+    cannot fork ranks (its reason then goes to stderr, once)."""
+    from explorer.launch._warm import cold_reason, ensure_zygote
+
+    known = cold_reason(os.getpid())
+    sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
+    if sock is None and known is None:
+        print(f"explorer: ranks start cold: {cold_reason(os.getpid())}", file=sys.stderr, flush=True)
+    return sock
+
+
 def _run_warm(
     job: TrialJob,
     work_dir: Path,
     log_path: Path,
     env: dict[str, str],
     timeout_s: float,
-    zygote: Path | None,
+    sock: Path,
 ) -> tuple[int, bool]:
-    from explorer.launch._warm import ensure_zygote, kill_ranks, spawn_rank, wait_ranks
+    from explorer.launch._warm import kill_ranks, spawn_rank, wait_ranks
 
-    sock = zygote or ensure_zygote(
-        owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1)
-    )
     argv = worker_argv(job, out_dir=str(work_dir))
     ranks = []
     try:

@@ -84,17 +84,36 @@ def sweep(folder: Path, *, keep: Path | None = None) -> int:
     return sum(remove_files(s) for s in sorted(socks))
 
 
-def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path:
-    """The socket of the zygote serving ``owner_pid`` on this node, started if need be.
+_COLD: dict[str, str] = {}
+"""Why a zygote key's ranks start cold (its zygote said so), so that no trial starts it again."""
+
+
+def cold_reason(owner_pid: int | None) -> str | None:
+    """Why the zygote of ``owner_pid`` on this node cannot fork ranks, once it said so."""
+    return _COLD.get(_key(owner_pid))
+
+
+def _key(owner_pid: int | None) -> str:
+    from explorer import __version__
+
+    return hashlib.sha1(
+        f"{socket.gethostname()}|{owner_pid}|{sys.executable}|{__version__}".encode()
+    ).hexdigest()[:16]
+
+
+def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path | None:
+    """The socket of the zygote serving ``owner_pid`` on this node, started if need be; ``None``
+    when the zygote cannot fork ranks (:data:`~explorer.worker._zygote.COLD_LINE`: an import
+    initialised CUDA), and the ranks must start cold.
 
     ``env`` is the zygote's own environment (allocator and thread settings are read at start);
     each rank still gets exactly the environment its request carries.
     """
-    from explorer import __version__
+    from explorer.worker._zygote import COLD_LINE
 
-    key = hashlib.sha1(
-        f"{socket.gethostname()}|{owner_pid}|{sys.executable}|{__version__}".encode()
-    ).hexdigest()[:16]
+    key = _key(owner_pid)
+    if key in _COLD:
+        return None
     folder = _zygote_dir()
     sock = folder / f"zygote-{key}.sock"
     sweep(folder, keep=sock)
@@ -111,10 +130,15 @@ def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=START_TIMEOUT_S) or not proc.stdout.readline().strip():
+            line = proc.stdout.readline().decode().strip() if sel.select(timeout=START_TIMEOUT_S) else ""
+            if not line:
                 proc.kill()
                 raise RuntimeError(f"the warm-start zygote did not start; see {folder / f'zygote-{key}.log'}")
         proc.stdout.close()
+        if line.startswith(COLD_LINE):
+            proc.wait()
+            _COLD[key] = line.removeprefix(COLD_LINE).strip()
+            return None
         return sock
 
 

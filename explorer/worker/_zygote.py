@@ -32,25 +32,50 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-__all__ = ["READY_LINE", "preload", "serve"]
+__all__ = ["COLD_LINE", "READY_LINE", "preload", "serve"]
 
 READY_LINE = "explorer-zygote ready"
+COLD_LINE = "explorer-zygote cold:"
+"""The zygote's first line when it cannot fork CUDA ranks (an import initialised CUDA): the rest
+says which import; the client then starts its ranks cold."""
 _WAKEUP = object()  # selector key data of the signal wakeup pipe
 
 
-def preload() -> None:
-    """Import what every rank needs, without running any torch op (no thread pools, no CUDA)."""
-    import accelerate  # noqa: F401
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-    import transformers  # noqa: F401
-    from transformers import AutoModelForCausalLM, Trainer, TrainingArguments  # noqa: F401
+def preload() -> str | None:
+    """Import what every rank needs, without running any torch op (no thread pools, no CUDA);
+    the import after which CUDA was initialised, if one was (a forked child could not use it:
+    "Cannot re-initialize CUDA in forked subprocess"), else ``None``."""
+    import importlib
+    import importlib.util
 
-    import explorer.worker._train  # noqa: F401
+    import torch
 
-    with contextlib.suppress(ImportError):
-        import peft  # noqa: F401
+    modules = ["torch.distributed", "accelerate", "transformers", "explorer.worker._train"]
+    # peft imports bitsandbytes where it is installed, and bitsandbytes reads the device at import;
+    # a LoRA rank imports peft itself then
+    if importlib.util.find_spec("peft") is not None and importlib.util.find_spec("bitsandbytes") is None:
+        modules.append("peft")
+    for name in modules:
+        importlib.import_module(name)
+        if name == "transformers":
+            from transformers import AutoModelForCausalLM, Trainer, TrainingArguments  # noqa: F401
+        if _poisons_fork(torch):
+            return name
+    return None
+
+
+def _poisons_fork(torch: Any) -> bool:
+    """Whether a child forked now would find CUDA unusable: torch marks that in the parent once
+    CUDA or its device count was asked for (``is_initialized`` alone misses the count)."""
+    if torch.cuda.is_initialized():
+        return True
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if torch.cuda._is_in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
 
 
 def _run_child(request: dict, listener: socket.socket, conn: socket.socket, wakeup: tuple[int, int]) -> None:
@@ -128,7 +153,12 @@ def _send(conn: socket.socket, message: dict) -> None:
 
 def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
     """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle."""
-    preload()
+    culprit = preload()
+    if culprit is not None:
+        print(
+            f"{COLD_LINE} importing {culprit} initialised CUDA, so a forked rank could not use it", flush=True
+        )
+        return 0
     # A rank's end must wake select() at once. A Python signal handler alone does not: select() is
     # retried after EINTR (PEP 475), so ranks were reaped only at the next 0.5 s timeout, and
     # every trial took up to 0.5 s longer than its ranks. The wakeup fd makes SIGCHLD readable.
