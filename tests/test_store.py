@@ -285,7 +285,7 @@ def test_a_second_study_reuses_real_measurements_and_runs_nothing(write_study, t
     assert sum("from the store: study 'a'" in line for line in lines_b) == 3
     assert not ray.is_initialized()
     # B claimed its run folder (the marker) but wrote no trial into it
-    assert [p.name for p in b.output_dir.iterdir()] == [MARKER]
+    assert [p.name for p in b.output_dir.iterdir()] == [MARKER], "\n".join(lines_b)
     assert (a.output_dir / "trial-00000" / "train.log").is_file()
     trials_b = open_study(b, create=False).get_trials()
     assert {t.user_attrs["config_key"] for t in trials_b} == set(trials_a)

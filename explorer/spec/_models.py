@@ -864,7 +864,8 @@ class StudySpec(_Spec):
     within noise of the best (interleaved, A B C A B C ...) until the best separates or this is
     spent; the verdict (``confirmed``, or ``tied`` with the most robust one recommended) is what
     ``best``, ``report`` and ``plan`` say. ``null``: a quarter of the GPU-seconds the study's
-    trials took; ``0``: never re-measure. Confirmations never count towards ``n_trials``."""
+    trials took (none where every one was answered from the measurement store); ``0``: never
+    re-measure. Confirmations never count towards ``n_trials``."""
     workload: WorkloadSpec
     measurement: MeasurementSpec = Field(default_factory=MeasurementSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)

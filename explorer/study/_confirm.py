@@ -276,7 +276,11 @@ def confirm(
     ``measure``, record the verdict on the study and return it (``None``: no feasible trial, or
     ``confirm_budget_gpu_s`` is 0)."""
     ranked = ranking(study)
-    if not ranked or spec.confirm_budget_gpu_s == 0:
+    if (
+        not ranked
+        or spec.confirm_budget_gpu_s == 0
+        or (spec.confirm_budget_gpu_s is None and _all_stored(study))
+    ):
         return None
     counted = sum(1 for t in study.get_trials(deepcopy=False) if counts(t))
     previous = StudyRecord.of(study).confirmation or {}
@@ -319,6 +323,14 @@ def _affordable(run: _Run) -> bool:
     the budget."""
     active = [a for a in run.arms if a.active]
     return len(active) > 1 and run.spent + active[0].cost + active[1].cost <= run.budget
+
+
+def _all_stored(study: optuna.Study) -> bool:
+    """Whether every counted trial is an answer from the measurement store: such a study ran
+    nothing, and re-measures nothing unless its study file gives a budget."""
+    return all(
+        TrialRecord.of(t).reused_from_store is not None for t in study.get_trials(deepcopy=False) if counts(t)
+    )
 
 
 def _cost(trial: optuna.trial.FrozenTrial) -> float:
