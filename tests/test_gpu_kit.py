@@ -260,3 +260,17 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
         "benchmarks/results/gpu-dry-run/out/kit.json",
         "benchmarks/results/gpu-dry-run/out/summary.md",
     } <= names
+
+
+def test_the_gpu_knob_suites_study_loads_on_a_one_gpu_node(write_study):
+    """``pytest -m gpu``'s knob and doctor suites load ``CUDA_STUDY`` on the lent machine, where
+    NVML sizes the resources to its one GPU: a study that this refuses fails every test there, at
+    the cost of device time, so it is loaded here first (the CPU standing in for the one GPU)."""
+    from explorer.study_file import load_study
+    from tests.conftest import merge
+    from tests.test_gpu_knobs import CUDA_STUDY
+
+    one_gpu = {"device": "cpu", "gpu_model": "CPU-logical", "device_memory_gib": 0.5, "gpus_per_node": 1}
+    loaded = load_study(write_study(merge(CUDA_STUDY, {"resources": one_gpu})))
+    assert loaded.spec.resources.gpus_per_node == 1
+    assert set(loaded.space.domains) >= {"batch_size", "number_gpus", "gradient_checkpointing"}

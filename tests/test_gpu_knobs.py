@@ -43,7 +43,13 @@ CUDA_STUDY = {
     },
     "measurement": {"warmup_steps": 2, "measured_steps": 4, "trial_timeout_s": 600},
     "resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None, "gpus_per_node": 1},
-    "search_space": {"parameters": {"batch_size": {"values": [8]}, "number_gpus": {"values": [1]}}},
+    "search_space": {
+        "parameters": {
+            "batch_size": {"values": [8]},
+            "number_gpus": {"values": [1]},
+            "gradient_checkpointing": {"choices": [False, True]},
+        }
+    },
 }
 
 

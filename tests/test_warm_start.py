@@ -138,3 +138,35 @@ def test_a_rank_that_ends_is_reported_at_once(tmp_path):
         rank.conn.close()
         assert code != 0 and not timed_out
     assert max(latencies) < 0.25, latencies  # 0.5 s polling: all 8 under 0.25 s by chance ~0.4%
+
+
+@pytest.mark.slow  # a real zygote start and a cold trial start
+def test_a_zygote_whose_imports_leave_cuda_unusable_in_a_fork_sends_ranks_cold(
+    make_job, tmp_path, monkeypatch
+):
+    """On CUDA, an import that initialises CUDA (or asks its device count) in the zygote makes every
+    forked rank fail with "Cannot re-initialize CUDA in forked subprocess". The zygote checks with a
+    forked probe after each import, says which import did it, and the trials start cold instead.
+
+    The fake: a ``sitecustomize`` in the zygote alone makes torch report a poisoned fork (the state
+    a CUDA build enters), since this machine has no CUDA."""
+    monkeypatch.setattr("explorer.launch._warm._COLD", {})  # this process's verdicts, this test only
+    fake = tmp_path / "fake-cuda"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(
+        "import torch\n\ntorch.cuda._is_in_bad_fork = lambda: True  # FAKE CUDA: a fork would find it unusable\n"
+    )
+    env = zygote_environment(cpu_count=1)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
+    assert ensure_zygote(owner_pid=os.getpid(), env=env) is None
+    from explorer.launch._warm import cold_reason
+
+    assert (
+        cold_reason(os.getpid())
+        == "importing torch.distributed initialised CUDA, so a forked rank could not use it"
+    )
+    m = run_trial(
+        make_job(batch_size=4, number_gpus=1), work_dir=tmp_path / "t", timeout_s=240, warm_start=True
+    )
+    assert m.outcome is Outcome.OK, m.error
+    assert m.extra["start"] == "cold"
