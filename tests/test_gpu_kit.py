@@ -274,3 +274,26 @@ def test_the_gpu_knob_suites_study_loads_on_a_one_gpu_node(write_study):
     loaded = load_study(write_study(merge(CUDA_STUDY, {"resources": one_gpu})))
     assert loaded.spec.resources.gpus_per_node == 1
     assert set(loaded.space.domains) >= {"batch_size", "number_gpus", "gradient_checkpointing"}
+
+
+def test_the_h100_figures_in_the_docs_are_the_recorded_ones():
+    """The README's and docs/gpu.md's H100 figures, recomputed from the kit's committed results."""
+    gpu = REPO / "benchmarks" / "results" / "gpu"
+    measured = json.loads((gpu / "2026-11-27-fork" / "doctor.json").read_text())["measured"]
+    trl = {
+        p: json.loads((gpu / "2026-11-27-3" / f"trl-{p}.jsonl").read_text().splitlines()[0])["properties"]
+        for p in ("max_length", "packed")
+    }
+    padded, packed = (trl[p]["dataset_tokens_per_second"] for p in ("max_length", "packed"))
+    readme = (REPO / "README.md").read_text()
+    page = " ".join((REPO / "docs" / "gpu.md").read_text().split())
+    node = (
+        f"{measured['matmul_tflops']:.1f} TFLOP/s bf16",
+        f"{measured['memory_bandwidth_tbs']:.2f} TB/s",
+        f"{measured['allocatable_gib']:.2f} GiB allocatable",
+    )
+    for text in (" ".join(readme.split()), page):
+        assert all(figure in text for figure in node), node
+    assert f"{padded:,.0f} dataset tokens/s padded to max_length" in page
+    assert f"{trl['max_length']['train_tokens_per_second']:,.0f} train tokens/s" in page
+    assert f"{packed:,.0f} packed ({packed / padded:.2f}x)" in page
