@@ -140,27 +140,50 @@ def test_a_rank_that_ends_is_reported_at_once(tmp_path):
     assert max(latencies) < 0.25, latencies  # 0.5 s polling: all 8 under 0.25 s by chance ~0.4%
 
 
+@pytest.fixture
+def fake_cuda_zygote(tmp_path, monkeypatch):
+    """The zygote environment with a fake CUDA: a ``sitecustomize`` in the zygote alone makes torch
+    report a poisoned fork (the state a CUDA build enters after an import asks the device) from
+    the moment its ``when`` expression holds, since this machine has no CUDA. This process's zygote
+    is stopped before and after, so that neither another test's zygote nor this one is shared."""
+    from explorer.launch._warm import _key, _zygote_dir
+    from explorer.worker._zygote import answers
+
+    sock = _zygote_dir() / f"zygote-{_key(os.getpid())}.sock"
+
+    def stop() -> None:
+        if answers(sock):
+            zygote = _zygote_process(sock)
+            zygote.kill()
+            zygote.wait(30)
+
+    def _env(when: str) -> dict[str, str]:
+        fake = tmp_path / "fake-cuda"
+        fake.mkdir()
+        (fake / "sitecustomize.py").write_text(
+            f"import sys\n\nimport torch\n\ntorch.cuda._is_in_bad_fork = lambda: {when}  # FAKE CUDA\n"
+        )
+        env = zygote_environment(cpu_count=1)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
+        return env
+
+    stop()
+    monkeypatch.setattr("explorer.launch._warm._COLD", {})  # this process's verdicts, this test only
+    yield _env
+    stop()
+
+
 @pytest.mark.slow  # a real zygote start and a cold trial start
 def test_a_zygote_whose_imports_leave_cuda_unusable_in_a_fork_sends_ranks_cold(
-    make_job, tmp_path, monkeypatch
+    make_job, tmp_path, fake_cuda_zygote
 ):
     """On CUDA, an import that initialises CUDA (or asks its device count) in the zygote makes every
     forked rank fail with "Cannot re-initialize CUDA in forked subprocess". The zygote checks with a
-    forked probe after each import, says which import did it, and the trials start cold instead.
-
-    The fake: a ``sitecustomize`` in the zygote alone makes torch report a poisoned fork (the state
-    a CUDA build enters), since this machine has no CUDA."""
-    monkeypatch.setattr("explorer.launch._warm._COLD", {})  # this process's verdicts, this test only
-    fake = tmp_path / "fake-cuda"
-    fake.mkdir()
-    (fake / "sitecustomize.py").write_text(
-        "import torch\n\ntorch.cuda._is_in_bad_fork = lambda: True  # FAKE CUDA: a fork would find it unusable\n"
-    )
-    env = zygote_environment(cpu_count=1)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(fake), env.get("PYTHONPATH")]))
-    assert ensure_zygote(owner_pid=os.getpid(), env=env) is None
+    forked probe after each import; where the first import does it, the zygote says so and the
+    trials start cold."""
     from explorer.launch._warm import cold_reason
 
+    assert ensure_zygote(owner_pid=os.getpid(), env=fake_cuda_zygote("True")) is None
     assert (
         cold_reason(os.getpid())
         == "importing torch.distributed initialised CUDA, so a forked rank could not use it"
@@ -170,3 +193,22 @@ def test_a_zygote_whose_imports_leave_cuda_unusable_in_a_fork_sends_ranks_cold(
     )
     assert m.outcome is Outcome.OK, m.error
     assert m.extra["start"] == "cold"
+
+
+@pytest.mark.slow  # a real zygote start, again, and a warm trial
+def test_a_zygote_keeps_the_imports_before_the_one_that_leaves_cuda_unusable(
+    make_job, tmp_path, fake_cuda_zygote
+):
+    """Where a later import (here transformers) leaves CUDA unusable in a fork, the zygote starts
+    afresh with the imports before it: ranks still start warm and import the rest themselves."""
+    from explorer.launch._warm import _key, _zygote_dir, cold_reason
+
+    sock = ensure_zygote(owner_pid=os.getpid(), env=fake_cuda_zygote("'transformers' in sys.modules"))
+    assert sock is not None and cold_reason(os.getpid()) is None
+    log = (_zygote_dir() / f"zygote-{_key(os.getpid())}.log").read_text()
+    assert "importing transformers initialised CUDA; ranks import it themselves" in log
+    assert "--upto 2" in " ".join(_zygote_process(sock).cmdline())
+    job = make_job(batch_size=4, number_gpus=1)
+    m = run_trial(job, work_dir=tmp_path / "t", timeout_s=240, warm_start=True, zygote=sock)
+    assert m.outcome is Outcome.OK, m.error
+    assert m.extra["start"] == "warm"

@@ -43,21 +43,28 @@ says which import; the client then starts its ranks cold."""
 _WAKEUP = object()  # selector key data of the signal wakeup pipe
 
 
-def preload() -> str | None:
-    """Import what every rank needs, without running any torch op (no thread pools, no CUDA);
-    the import after which CUDA was initialised, if one was (a forked child could not use it:
-    "Cannot re-initialize CUDA in forked subprocess"), else ``None``."""
-    import importlib
+def _preloaded() -> list[str]:
+    """The modules the zygote imports, in order."""
     import importlib.util
-
-    import torch
 
     modules = ["torch.distributed", "accelerate", "transformers", "explorer.worker._train"]
     # peft imports bitsandbytes where it is installed, and bitsandbytes reads the device at import;
     # a LoRA rank imports peft itself then
     if importlib.util.find_spec("peft") is not None and importlib.util.find_spec("bitsandbytes") is None:
         modules.append("peft")
-    for name in modules:
+    return modules
+
+
+def preload(upto: int | None = None) -> str | None:
+    """Import what every rank needs (the first ``upto`` of :func:`_preloaded`), without running any
+    torch op (no thread pools, no CUDA); the import after which CUDA was initialised, if one was
+    (a forked child could not use it: "Cannot re-initialize CUDA in forked subprocess"), else
+    ``None``."""
+    import importlib
+
+    import torch
+
+    for name in _preloaded()[:upto]:
         importlib.import_module(name)
         if name == "transformers":
             from transformers import AutoModelForCausalLM, Trainer, TrainingArguments  # noqa: F401
@@ -151,10 +158,25 @@ def _send(conn: socket.socket, message: dict) -> None:
         conn.sendall((json.dumps(message) + "\n").encode())
 
 
-def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float) -> int:
-    """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle."""
-    culprit = preload()
+def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float, upto: int | None = None) -> int:
+    """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle.
+
+    Where an import leaves CUDA unusable in a fork, the zygote starts afresh (the same process,
+    ``exec``) with only the imports before it, and the ranks import the rest themselves; where
+    the first one does, it says so (:data:`COLD_LINE`) and exits, and the ranks start cold."""
+    culprit = preload(upto)
     if culprit is not None:
+        before = _preloaded().index(culprit)
+        if upto is None and before > 0:
+            print(
+                f"explorer-zygote: importing {culprit} initialised CUDA; ranks import it themselves",
+                file=sys.stderr,
+            )
+            sys.stderr.flush()
+            os.execv(
+                sys.executable,
+                [sys.executable, "-m", "explorer.worker.zygote", *sys.argv[1:], "--upto", str(before)],
+            )
         print(
             f"{COLD_LINE} importing {culprit} initialised CUDA, so a forked rank could not use it", flush=True
         )
@@ -285,5 +307,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, type=Path)
     parser.add_argument("--owner", type=int, default=None, help="exit when this pid is gone")
     parser.add_argument("--idle-exit", type=float, default=300.0, help="seconds without a rank")
+    parser.add_argument("--upto", type=int, default=None, help="preload only this many modules")
     ns = parser.parse_args(argv)
-    return serve(ns.socket, owner=ns.owner, idle_exit_s=ns.idle_exit)
+    return serve(ns.socket, owner=ns.owner, idle_exit_s=ns.idle_exit, upto=ns.upto)
