@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.builders import CUDA_ONE_GPU
 from tests.conftest import TINY_ARCH
 
 
@@ -69,8 +70,9 @@ def test_flex_packed_logits_and_a_packed_trial_on_cuda(make_job, tmp_path):
     assert torch.cuda.is_available(), "pytest -m gpu needs a CUDA device"
     packed, alone, _, _ = _packed_and_alone("cuda")
     assert torch.allclose(packed, alone, atol=1e-3), (packed - alone).abs().max()
-    cuda = {"resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None}}
-    job = make_job(cuda, batch_size=4, number_gpus=1, attn_implementation="flex_attention", padding="packed")
+    job = make_job(
+        CUDA_ONE_GPU, batch_size=4, number_gpus=1, attn_implementation="flex_attention", padding="packed"
+    )
     m = run_trial(job, work_dir=tmp_path / "flex", timeout_s=600)
     assert m.outcome is Outcome.OK, m.error or m.log_tail[-2000:]
     assert m.extra["attention_in_model"] == "flex_attention"

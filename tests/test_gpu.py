@@ -22,11 +22,11 @@ import torch
 
 from explorer.launch import run_trial
 from explorer.measurement import Outcome
-from tests.builders import TINY_GRANITE
+from tests.builders import CUDA_ONE_GPU, TINY_GRANITE
 
 pytestmark = pytest.mark.gpu
 
-CUDA = {"resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None}}
+CUDA = CUDA_ONE_GPU
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +46,7 @@ def test_cuda_trial(parallel, make_job, tmp_path):
     gpus = min(2, torch.cuda.device_count())
     config = parallel if gpus > 1 else dict(distributed_backend="NONE")
     job = make_job(
-        CUDA | {"resources": CUDA["resources"] | {"gpus_per_node": gpus}},
+        CUDA if gpus == 1 else {"resources": CUDA["resources"] | {"gpus_per_node": gpus}},
         batch_size=8,
         number_gpus=gpus,
         **config,
@@ -62,7 +62,7 @@ def test_cuda_trial(parallel, make_job, tmp_path):
 
 def test_cuda_oom_under_the_memory_cap(make_job, tmp_path):
     job = make_job(
-        {"resources": CUDA["resources"] | {"gpus_per_node": 1, "device_memory_gib": 0.05}},
+        CUDA | {"resources": CUDA["resources"] | {"device_memory_gib": 0.05}},
         batch_size=512,
         number_gpus=1,
         distributed_backend="NONE",
@@ -78,7 +78,7 @@ def test_injected_faults_on_cuda(kind, make_job, tmp_path):
     from explorer.fault import InjectedFault
 
     job = make_job(
-        {"resources": CUDA["resources"] | {"gpus_per_node": 1}},
+        CUDA,
         batch_size=8,
         number_gpus=1,
         distributed_backend="NONE",
@@ -97,10 +97,7 @@ def test_cuda_compiled_trial(padding, make_job, tmp_path):
     GraniteForCausalLM does not support len()``): inductor's kernels in bf16, the trained model an
     OptimizedModule, every compile in the warmup, and (packed) one compile with dynamic shapes."""
     job = make_job(
-        {
-            "resources": CUDA["resources"] | {"gpus_per_node": 1},
-            "workload": {"model": {"name": "tiny-granite", "architecture": TINY_GRANITE}},
-        },
+        CUDA | {"workload": {"model": {"name": "tiny-granite", "architecture": TINY_GRANITE}}},
         batch_size=8,
         number_gpus=1,
         distributed_backend="NONE",

@@ -262,16 +262,32 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
     } <= names
 
 
-def test_the_gpu_knob_suites_study_loads_on_a_one_gpu_node(write_study):
-    """``pytest -m gpu``'s knob and doctor suites load ``CUDA_STUDY`` on the lent machine, where
-    NVML sizes the resources to its one GPU: a study that this refuses fails every test there, at
-    the cost of device time, so it is loaded here first (the CPU standing in for the one GPU)."""
-    from explorer.study_file import load_study
-    from tests.conftest import merge
+def _gpu_suite_studies() -> dict[str, dict]:
+    from tests.builders import CUDA_ONE_GPU, TINY_GRANITE
+    from tests.test_doctor_gpu import SPACE
     from tests.test_gpu_knobs import CUDA_STUDY
 
-    one_gpu = {"device": "cpu", "gpu_model": "CPU-logical", "device_memory_gib": 0.5, "gpus_per_node": 1}
-    loaded = load_study(write_study(merge(CUDA_STUDY, {"resources": one_gpu})))
+    return {
+        "test_gpu": CUDA_ONE_GPU,
+        "test_gpu compiled": CUDA_ONE_GPU
+        | {"workload": {"model": {"name": "g", "architecture": TINY_GRANITE}}},
+        "test_gpu_knobs": CUDA_STUDY,
+        "test_doctor_gpu": {**CUDA_STUDY, "search_space": SPACE},
+    }
+
+
+@pytest.mark.parametrize("suite", ["test_gpu", "test_gpu compiled", "test_gpu_knobs", "test_doctor_gpu"])
+def test_the_gpu_suites_studies_load_on_a_one_gpu_node(suite, write_study):
+    """``pytest -m gpu``'s studies load on the lent machine, where NVML sizes the resources to its
+    one GPU: a study refused there fails every test, at the cost of device time, so each is loaded
+    here first, with the lent machine's model and GPU count declared (there is no NVML here)."""
+    from explorer.study_file import load_study
+    from tests.conftest import merge
+
+    one_gpu = {"gpu_model": "NVIDIA-H100-80GB-HBM3", "gpus_per_node": 1}
+    loaded = load_study(
+        write_study(merge(_gpu_suite_studies()[suite], {"resources": one_gpu})), check_launcher=False
+    )
     assert loaded.spec.resources.gpus_per_node == 1
     assert set(loaded.space.domains) >= {"batch_size", "number_gpus", "gradient_checkpointing"}
 

@@ -21,6 +21,7 @@ import torch
 
 from explorer.launch import run_trial
 from explorer.measurement import Outcome
+from tests.builders import CUDA_ONE_GPU
 
 pytestmark = pytest.mark.gpu
 
@@ -42,14 +43,7 @@ CUDA_STUDY = {
         "torch_dtype": "bfloat16",
     },
     "measurement": {"warmup_steps": 2, "measured_steps": 4, "trial_timeout_s": 600},
-    "resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None, "gpus_per_node": 1},
-    "search_space": {
-        "parameters": {
-            "batch_size": {"values": [8]},
-            "number_gpus": {"values": [1]},
-            "gradient_checkpointing": {"choices": [False, True]},
-        }
-    },
+    **CUDA_ONE_GPU,
 }
 
 
