@@ -360,3 +360,16 @@ def test_a_one_gpu_cuda_node_checks_cpu_offload_on_one_gpu(tmp_path):
         assert config is not None, cases[want]
         assert (config.number_gpus, config.distributed_backend, config.fsdp_cpu_offload) == (1, "FSDP", True)
         assert invalid_reason(config, loaded.spec.resources) is None
+
+
+def test_where_no_smoke_run_ran_no_failure_blames_its_value():
+    """A node where every smoke run fails (the H100 whose forked ranks could not use CUDA) has a
+    set-up fault, not 23 invalid values: its failures block nothing in optimize. Where one run ran,
+    each failure still blocks its value; a value not applicable (a package missing) always does."""
+    from explorer.doctor._run import _unblamed
+
+    failed = Row(knob="optim", value="adamw_torch", status=FAILED, detail="rank 0: RuntimeError", blocks=True)
+    missing = Row(knob="attn_implementation", value="flash_attention_2", status=NOT_APPLICABLE, blocks=True)
+    ran = Row(knob="optim", value="adamw_torch_fused", status=RAN)
+    assert [r.blocks for r in _unblamed([failed, missing])] == [False, True]
+    assert [r.blocks for r in _unblamed([failed, missing, ran])] == [True, True, False]
