@@ -793,12 +793,16 @@ RUNNERS: dict[str, Any] = {
 
 
 def run_id(roots: list[Path]) -> str:
-    """The newest run under ``roots`` with a step still to run, else today's UTC date (``-2``,
-    ``-3``, ... after a finished run of the same day)."""
+    """The newest run under ``roots`` with a step still to run and not ``closed`` (its
+    ``kit.json`` says why it must not be resumed), else today's UTC date (``-2``, ``-3``, ...
+    after a finished run of the same day)."""
     steps = {s.name for s in PLAN} - set(ALWAYS)
     unfinished = set()
     for path in (p for root in roots for p in root.glob("*/kit.json")):
-        done = json.loads(path.read_text()).get("steps", {})
+        state = json.loads(path.read_text())
+        done = state.get("steps", {})
+        if state.get("closed"):
+            continue
         if any(not done.get(s, {}).get("status") or done[s]["status"].startswith(PENDING) for s in steps):
             unfinished.add(path.parent.name)
     if unfinished:

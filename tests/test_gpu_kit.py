@@ -173,6 +173,16 @@ def test_the_run_id_resumes_an_unfinished_run(tmp_path):
     every["study-short"] = {"status": "timed out (resumes when the kit runs again)"}
     (tmp_path / today / "kit.json").write_text(json.dumps({"steps": every}))
     assert kit.run_id([tmp_path]) == today
+    closed = {"steps": every, "closed": "its study's storage holds a broken doctor's findings"}
+    (tmp_path / today / "kit.json").write_text(json.dumps(closed))
+    assert kit.run_id([tmp_path]) == f"{today}-2"
+
+
+def test_no_committed_run_is_left_to_resume_by_mistake():
+    """Every committed run with a step still to run says why it is closed, or is the one to resume."""
+    kit = _module()
+    root = REPO / "benchmarks" / "results" / "gpu"
+    assert kit.run_id([root]) not in {p.parent.name for p in root.glob("*/kit.json")}
 
 
 def test_estimate_compared_with_what_was_measured():
