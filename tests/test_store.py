@@ -15,6 +15,7 @@ from explorer.measurement import Measurement, Outcome, Properties
 from explorer.spec import LoadedStudy
 from explorer.store import TABLE_NAME, MeasurementStore, StoreScope, hardware_key, workload_key
 from explorer.study import config_of, open_study, optimize, status_of
+from explorer.study._confirm import verdict_lines
 from explorer.study._run_folder import MARKER
 from explorer.study_file import load_study
 from tests.builders import properties
@@ -284,8 +285,14 @@ def test_a_second_study_reuses_real_measurements_and_runs_nothing(write_study, t
     assert not any(" started: " in line for line in lines_b), lines_b
     assert sum("from the store: study 'a'" in line for line in lines_b) == 3
     assert not ray.is_initialized()
-    # B claimed its run folder (the marker) but wrote no trial into it
+    # B claimed its run folder (the marker) but wrote no trial into it, not even a confirmation job
     assert [p.name for p in b.output_dir.iterdir()] == [MARKER], "\n".join(lines_b)
+    (line,) = verdict_lines(open_study(b, create=False), "b.yaml")  # a rival within noise, or none
+    assert line.startswith("clear: ") or line.startswith("not confirmed (never confirmed)"), line
+    assert (
+        line.startswith("clear: ")
+        or "set confirm_budget_gpu_s in b.yaml (its answers came from the measurement store" in line
+    ), line
     assert (a.output_dir / "trial-00000" / "train.log").is_file()
     trials_b = open_study(b, create=False).get_trials()
     assert {t.user_attrs["config_key"] for t in trials_b} == set(trials_a)

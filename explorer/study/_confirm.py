@@ -368,9 +368,15 @@ def verdict_lines(study: optuna.Study, file: str) -> list[str]:
             if StudyRecord.of(study).confirmation
             else "never confirmed"
         )
+        how = (
+            f"set confirm_budget_gpu_s in {file} (its answers came from the measurement store, which "
+            f"re-measures nothing by default), then `explorer optimize {file}` re-measures them and confirms"
+            if _all_stored(study)
+            else f"`explorer optimize {file}` re-measures them and confirms"
+        )
         return [
             f"not confirmed ({why}): trial {ranked[0].number}'s +-{ci:.1f}% interval is wider than its lead "
-            f"over trial(s) {[t.number for t in rivals]}; `explorer optimize {file}` re-measures them and confirms"
+            f"over trial(s) {[t.number for t in rivals]}; {how}"
         ]
     cost = (
         f"{verdict['rounds']} round(s), {verdict['gpu_seconds']:.0f} of {verdict['budget_gpu_s']:.0f} GPU-s"
