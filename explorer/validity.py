@@ -7,13 +7,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from explorer.record import StudyKey
 from explorer.spec import ResourcesSpec
 from explorer.trial_config import TrialConfig
 
-__all__ = ["DOCTOR_ATTR", "attach_findings", "doctor_reason", "invalid_reason", "invalid_reasons"]
+if TYPE_CHECKING:
+    from explorer.space import SearchSpace
+
+__all__ = [
+    "DOCTOR_ATTR",
+    "attach_findings",
+    "doctor_reason",
+    "invalid_reason",
+    "invalid_reasons",
+    "nothing_runs",
+]
 
 DOCTOR_ATTR = StudyKey.DOCTOR
 """The study's record key where ``explorer doctor`` records what each node type cannot run:
@@ -30,6 +40,28 @@ def attach_findings(resources: ResourcesSpec, recorded: Mapping[str, Any] | None
     ``optimize`` attaches them there once, as a plain attribute outside the model's fields (never
     dumped, compared or sent to a trial)."""
     object.__setattr__(resources, _FINDINGS, recorded or None)
+
+
+def nothing_runs(space: SearchSpace, resources: ResourcesSpec) -> str | None:
+    """Why no configuration of ``space`` may run on ``resources`` (``explorer doctor``'s findings
+    attached), or ``None`` when one may: the knobs whose every value the doctor found failing,
+    and how to clear that."""
+    if any(invalid_reason(c, resources) is None for c in space.enumerate()):
+        return None
+    model = resources.model
+    found = (getattr(resources, _FINDINGS, None) or {}).get("invalid", {}).get(model, {})
+    blocked = [
+        f"{name} ({next(iter(found[name].values()))})"
+        for name, domain in space.domains.items()
+        if name in found and all(json.dumps(v) in found[name] for v in domain.values)
+    ]
+    if blocked:
+        return (
+            f"no configuration can run on {model}: explorer doctor found every value of "
+            + "; of ".join(blocked)
+            + " failing; once the node is fixed, run explorer doctor again (its findings replace these)"
+        )
+    return f"no configuration can run on {model}: each breaks a validity rule or a value explorer doctor found failing"
 
 
 def invalid_reason(config: TrialConfig, resources: ResourcesSpec) -> str | None:

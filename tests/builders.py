@@ -64,6 +64,7 @@ GRANITE_FSDP2 = dict(
 
 
 TINY_GRANITE = {**TINY_ARCH, "model_type": "granite"}
+"""The tiny llama's shape as a granite (the model of issue 15), for ``workload.model.architecture``."""
 
 CUDA_ONE_GPU: dict[str, Any] = {
     "resources": {"device": "cuda", "gpu_model": None, "device_memory_gib": None, "gpus_per_node": 1},
@@ -77,7 +78,6 @@ CUDA_ONE_GPU: dict[str, Any] = {
 }
 """The study patch of ``pytest -m gpu`` on one GPU: the model read from the device (NVML, which
 also sizes the node to its GPUs), and a space that one GPU can run."""
-"""The tiny llama's shape as a granite (the model of issue 15), for ``workload.model.architecture``."""
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -373,3 +373,35 @@ def test_where_no_smoke_run_ran_no_failure_blames_its_value():
     ran = Row(knob="optim", value="adamw_torch_fused", status=RAN)
     assert [r.blocks for r in _unblamed([failed, missing])] == [False, True]
     assert [r.blocks for r in _unblamed([failed, missing, ran])] == [True, True, False]
+
+
+def test_optimize_refuses_a_space_the_doctors_findings_leave_empty(capsys, tmp_path):
+    """Every value of one knob recorded failing (the H100's forked ranks): optimize says which knob
+    and how to clear it in one line (exit 2) and runs nothing, instead of a search with nothing
+    to propose (it crashed in the joint models)."""
+    from explorer.cli import main
+    from explorer.record import StudyRecord, write_study
+    from explorer.study import open_study
+    from explorer.study_file import load_study
+    from tests.test_confirmation import _quickstart
+
+    study_file = _quickstart(tmp_path)
+    loaded = load_study(str(study_file))
+    findings = {"false": "rank 0: RuntimeError: Cannot re-initialize CUDA", "true": "rank 0: RuntimeError"}
+    model = loaded.spec.resources.model
+    write_study(
+        open_study(loaded, create=True),
+        DOCTOR_ATTR,
+        {"invalid": {model: {"gradient_checkpointing": findings}}},
+    )
+    assert main(["optimize", str(study_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert (
+        f"{study_file}: search_space: no configuration can run on {model}: explorer doctor found every value"
+        in err
+    )
+    assert "of gradient_checkpointing (rank 0: RuntimeError: Cannot re-initialize CUDA) failing" in err
+    assert "run explorer doctor again" in err
+    study = open_study(loaded, create=False)
+    assert study.get_trials() == [] and StudyRecord.of(study).doctor is not None

@@ -26,6 +26,7 @@ from explorer.study._recover import reclaim_interrupted
 from explorer.study._run_folder import check_run_folder, check_writable, claim_run_folder
 from explorer.study._shrunk import check_space_holds_trials
 from explorer.study._storage import open_storage
+from explorer.validity import attach_findings, nothing_runs
 
 if TYPE_CHECKING:
     import optuna
@@ -89,6 +90,7 @@ def optimize(
         loaded, sampler=sampler or strategy.sampler(), storage=storage, write_ahead=write_ahead
     )
     try:
+        _refuse_if_nothing_runs(loaded, study)
         _price_search(strategy, study, spec, printer)
         store = MeasurementStore.for_storage(storage) if spec.reuse_measurements else None
         scope = StoreScope.for_study(loaded) if store is not None else None
@@ -186,6 +188,17 @@ def _open_run(
         if StudyRecord.of(study).n_trials != n_trials:
             write_study(study, RUN_N_TRIALS, n_trials)
     return loaded, study, storage, drivers
+
+
+def _refuse_if_nothing_runs(loaded: LoadedStudy, study: optuna.Study) -> None:
+    """Refuse (one line, exit 2) a study where no configuration may run, ``explorer doctor``'s
+    findings attached: the search would have nothing to propose."""
+    from explorer.errors import SpecError
+
+    attach_findings(loaded.spec.resources, StudyRecord.of(study).doctor)
+    problem = nothing_runs(loaded.space, loaded.spec.resources)
+    if problem is not None:
+        raise SpecError(file=str(loaded.file), field="search_space", problem=problem)
 
 
 def _price_search(strategy: Strategy, study: optuna.Study, spec: StudySpec, printer: Printer) -> None:
