@@ -323,3 +323,10 @@ def test_the_h100_figures_in_the_docs_are_the_recorded_ones():
     assert f"{padded:,.0f} dataset tokens/s padded to max_length" in page
     assert f"{trl['max_length']['train_tokens_per_second']:,.0f} train tokens/s" in page
     assert f"{packed:,.0f} packed ({packed / padded:.2f}x)" in page
+    steps = {p: 1000 * trl[p]["step_time_mean"] for p in trl}
+    assert (
+        f"{trl['packed']['measured_dataset_tokens']:,} dataset tokens in {trl['packed']['measured_steps']} steps"
+        in page
+    )
+    assert trl["packed"]["measured_dataset_tokens"] == trl["max_length"]["measured_dataset_tokens"]
+    assert f"{steps['max_length']:.1f} ms a step padded and {steps['packed']:.1f} ms packed" in page
