@@ -61,6 +61,19 @@ def test_steady_caps():
     assert d.reason == "max_seconds" and sum(very_noisy[1:n]) >= 30 > sum(very_noisy[1 : n - 1])
 
 
+def test_the_window_never_passes_max_steps_when_the_spike_warmup_shrinks():
+    """A step taken for a one-off spike stops being one once slower steps raise the median: the
+    spike warmup shrinks, and the window jumped from 5 steps to 8 past max_steps 6 (a loaded CI
+    machine's slow suite: ``measured_steps`` 8). The window is capped at the last max_steps."""
+    spec = MeasurementSpec(stop="steady", warmup_steps=1, min_steps=3, max_steps=6)
+    durations = [1.0, 0.5, 0.12, 0.5, 0.1, 0.12, 0.12, 1.0, 1.0]
+    for n in range(1, len(durations) + 1):
+        d = decide(spec, start=100.0, ends=_clock(durations[:n]))
+        assert n - d.warmup <= spec.max_steps, (n, d)
+    n, d = _run(spec, durations)
+    assert d.stop and n - d.warmup == spec.max_steps
+
+
 def test_fixed_steps_is_the_default_when_measured_steps_is_given():
     spec = MeasurementSpec(warmup_steps=1, measured_steps=3)
     assert spec.rule == "steps" and MeasurementSpec().rule == "steady"

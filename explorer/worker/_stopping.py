@@ -62,7 +62,9 @@ def decide(spec: MeasurementSpec, *, start: float, ends: list[float]) -> Decisio
     if rule == "seconds":
         done = ends[-1] - start >= (spec.stop_after_seconds or 0.0)
         return Decision(warmup=w, stop=done, reason="stop_after_seconds" if done else "")
-    w = steady_warmup(spec, start=start, ends=ends)
+    # the window never holds more than max_steps: the spike warmup may shrink as the median grows
+    # (a step that was a spike no longer is), which would let the window jump past the cap
+    w = max(steady_warmup(spec, start=start, ends=ends), len(ends) - spec.max_steps)
     measured = len(ends) - w
     if measured <= 0:  # the latest step was a spike
         return Decision(warmup=w, stop=False)
