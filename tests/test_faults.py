@@ -16,6 +16,7 @@ import optuna
 import pytest
 
 from explorer.launch import SLOT_ATTR, GpuSlot
+from explorer.measurement import Measurement, Outcome
 from explorer.study import audit, counted_trials, open_study, optimize, status_of
 from explorer.study._journal import JOURNAL_FILE, trial_dir, write_ahead
 from explorer.study._record import record_driver
@@ -160,9 +161,10 @@ def test_a_fault_on_every_attempt_fails_the_trial_for_good(write_study, tmp_path
     assert found.states == {"failed": 4} and found.bookkeeping["retry"] == 4
 
 
-def written_ahead_by_a_dead_driver(path: Path) -> Path:
+def written_ahead_by_a_dead_driver(path: Path, measurement: Measurement | None = None) -> Path:
     """Trial 0 of the study at ``path`` RUNNING under a driver that died after its trial finished:
-    its measurement (the table's answer) written ahead on disk; returns that file."""
+    its measurement (``measurement``, else the table's answer) written ahead on disk; returns that
+    file."""
     loaded = load_study(path)
     study = open_study(loaded, create=True)
     config = TrialConfig(
@@ -181,8 +183,8 @@ def written_ahead_by_a_dead_driver(path: Path) -> Path:
     trial.set_user_attr("driver", {**me, "pid": dead.pid})  # the driver is gone
     frozen_trial = study._storage.get_trial(trial._trial_id)
     assert loaded.replay_table is not None
-    table_answer = loaded.replay_table.measurement(config)
-    written = write_ahead(loaded.output_dir, loaded.spec.name, frozen_trial, table_answer)
+    answer = measurement or loaded.replay_table.measurement(config)
+    written = write_ahead(loaded.output_dir, loaded.spec.name, frozen_trial, answer)
     assert written is not None
     return written
 
@@ -200,6 +202,29 @@ def test_a_measurement_written_ahead_is_recovered_not_rerun(write_study, tmp_pat
     assert result.counted == 1
     t0 = open_study(loaded, create=False).trials[0]
     assert status_of(t0) == "ok" and t0.values == [1008.0] and "recovered" in t0.user_attrs
+
+
+def test_a_failed_attempt_written_ahead_is_recorded_as_the_retry_it_was(write_study, tmp_path):
+    """A driver that died after a failed attempt was written ahead: the resume records the failure
+    from disk as a retry (its error kept) and runs the configuration again as attempt 1. It was
+    marked interrupted instead, its failure lost (the two-driver chaos test's audit: "trial 7
+    failed on disk but is 'interrupted' in the storage")."""
+    path = _study(write_study, tmp_path, n_trials=1, faults={"rate": 0.0})
+    written_ahead_by_a_dead_driver(
+        path, Measurement(outcome=Outcome.FAILED, error="rank 0: RuntimeError: boom")
+    )
+    lines: list[str] = []
+    result = optimize(load_study(path), printer=lines.append)
+    assert any("recorded trial(s) [0] from their measurement on disk" in line for line in lines), lines
+    assert any("re-enqueued interrupted trial(s) [0]" in line for line in lines), lines
+    first, second = open_study(load_study(path), create=False).trials
+    assert (
+        status_of(first) == "retry"
+        and "boom" in first.user_attrs["error"]
+        and "recovered" in first.user_attrs
+    )
+    assert status_of(second) == "ok" and second.user_attrs["attempt"] == 1
+    assert result.counted == 1 and _audit(path).ok, _audit(path).describe()
 
 
 def test_the_audit_finds_what_is_wrong(write_study, tmp_path):

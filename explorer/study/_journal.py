@@ -91,10 +91,8 @@ def load_journal(path: Path) -> tuple[dict[str, Any] | None, str | None]:
 
 
 def read_ahead(output_dir: Path, study_name: str, trial: optuna.trial.FrozenTrial) -> Measurement | None:
-    """The finished measurement of RUNNING ``trial`` left on disk, or ``None``.
-
-    Only ok and oom are returned: a failed attempt is re-run anyway.
-    """
+    """The finished measurement of RUNNING ``trial`` left on disk, or ``None``: ok, oom, or a
+    failed attempt (recorded as such, so that its retry counts like one the driver recorded)."""
     folder = trial_dir(output_dir, trial.number)
     path = folder / JOURNAL_FILE
     measurement: Measurement | None = None
@@ -112,7 +110,7 @@ def read_ahead(output_dir: Path, study_name: str, trial: optuna.trial.FrozenTria
         from explorer.launch import collect
 
         measurement = collect(folder, returncode=0, timed_out=None, wall_seconds=0.0, log_tail="")
-    if measurement is None or measurement.outcome not in (Outcome.OK, Outcome.OOM):
+    if measurement is None or measurement.outcome not in (Outcome.OK, Outcome.OOM, Outcome.FAILED):
         return None
     return measurement
 

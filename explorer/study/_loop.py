@@ -228,6 +228,7 @@ class Loop:
                 recover=(lambda t: read_ahead(journal, name, t)) if journal is not None else None,
                 stale=stale_trials(self.study),
                 live=True,
+                max_retries=self.spec.launcher.max_retries,
             )
         if found.recovered or found.requeued:  # the next ask counts them and learns their measurements
             self.was_shared = True

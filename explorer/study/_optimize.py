@@ -228,6 +228,7 @@ def _resume(
         study,
         force=reclaim_all,
         recover=(lambda t: read_ahead(journal, spec.name, t)) if journal is not None else None,
+        max_retries=spec.launcher.max_retries,
     )
     if reclaimed.recovered:
         printer(f"resume: recorded trial(s) {reclaimed.recovered} from their measurement on disk")

@@ -15,12 +15,11 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from explorer.measurement import Measurement, Outcome
 from explorer.record import Key, Status, TrialRecord, enqueue, write, write_status
 
 if TYPE_CHECKING:
     import optuna
-
-    from explorer.measurement import Measurement
 
 __all__ = [
     "ORPHAN_AFTER_S",
@@ -82,6 +81,7 @@ def reclaim_interrupted(
     recover: Callable[[optuna.trial.FrozenTrial], Measurement | None] | None = None,
     stale: Collection[int] = (),
     live: bool = False,
+    max_retries: int = 0,
 ) -> Reclaimed:
     """Finish the RUNNING trials whose driver is dead: recovered from disk, else re-enqueued.
 
@@ -93,6 +93,8 @@ def reclaim_interrupted(
             their driver is dead, on whatever host.
         live: Called by a running driver while other drivers may be at work: a failed attempt
             with no re-run is re-enqueued only when its driver is dead (a live one is about to).
+        max_retries: The launcher's ``max_retries``: a failed attempt recovered from disk is
+            retried as the driver would have (``retry`` and re-enqueued) while attempts remain.
     """
     import optuna
 
@@ -125,8 +127,12 @@ def reclaim_interrupted(
         measurement = recover(t) if recover is not None else None
         if measurement is not None:
             write(handle, {Key.RECOVERED: "the driver died after the trial finished"})
-            record_outcome(study, handle, measurement)
+            retry = measurement.outcome is Outcome.FAILED and record.attempt < max_retries
+            record_outcome(study, handle, measurement, retry=retry)
             out.recovered.append(t.number)
+            if retry:
+                requeue(study, t, attempt=record.attempt + 1, why="failed")
+                out.requeued.append(t.number)
             continue
         write_status(
             handle, Status.INTERRUPTED, "the explorer process running this trial died; re-run on resume"
