@@ -158,6 +158,24 @@ def _send(conn: socket.socket, message: dict) -> None:
         conn.sendall((json.dumps(message) + "\n").encode())
 
 
+def _stand_aside(culprit: str, upto: int | None) -> None:
+    """After importing ``culprit`` left CUDA unusable in a fork: exec afresh with the imports before
+    it (never returns), or, where it was the first or the imports were already cut, say so in the
+    zygote's first line (:data:`COLD_LINE`)."""
+    before = _preloaded().index(culprit)
+    if upto is None and before > 0:
+        print(
+            f"explorer-zygote: importing {culprit} initialised CUDA; ranks import it themselves",
+            file=sys.stderr,
+        )
+        sys.stderr.flush()
+        os.execv(
+            sys.executable,
+            [sys.executable, "-m", "explorer.worker.zygote", *sys.argv[1:], "--upto", str(before)],
+        )
+    print(f"{COLD_LINE} importing {culprit} initialised CUDA, so a forked rank could not use it", flush=True)
+
+
 def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float, upto: int | None = None) -> int:
     """Accept rank requests on ``sock_path`` until the owner is gone or the zygote sits idle.
 
@@ -166,20 +184,7 @@ def serve(sock_path: Path, *, owner: int | None, idle_exit_s: float, upto: int |
     the first one does, it says so (:data:`COLD_LINE`) and exits, and the ranks start cold."""
     culprit = preload(upto)
     if culprit is not None:
-        before = _preloaded().index(culprit)
-        if upto is None and before > 0:
-            print(
-                f"explorer-zygote: importing {culprit} initialised CUDA; ranks import it themselves",
-                file=sys.stderr,
-            )
-            sys.stderr.flush()
-            os.execv(
-                sys.executable,
-                [sys.executable, "-m", "explorer.worker.zygote", *sys.argv[1:], "--upto", str(before)],
-            )
-        print(
-            f"{COLD_LINE} importing {culprit} initialised CUDA, so a forked rank could not use it", flush=True
-        )
+        _stand_aside(culprit, upto)
         return 0
     # A rank's end must wake select() at once. A Python signal handler alone does not: select() is
     # retried after EINTR (PEP 475), so ranks were reaped only at the next 0.5 s timeout, and
