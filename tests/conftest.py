@@ -191,6 +191,11 @@ SLOW_FOR_TIME = frozenset(
         "test_warm_start.py::test_the_zygote_exits_with_its_owner",  # 7 s; a_second_owner_gets_a_zygote
         "test_search_sequences.py::test_benchmark_search_walks_the_recorded_trials[granite-3.1-2b-wide]",  # 9 s; the other tables
         "test_measurement.py::test_dataset_tokens_recount_in_every_padding_mode[longest-1-NONE]",  # 8 s; [packed-1-NONE]
+        "test_trl_trainer.py::test_a_trl_trial_counts_the_entries_it_consumed[max_length]",  # 12 s; the_sft_config_best_writes_loads_in_sft_config_and_trains
+        "test_local_model.py::test_local_checkpoint_and_jsonl_dataset[pretrained]",  # 11 s; test_local_data
+        "test_storages.py::test_failed_trial_is_retried_then_failed[sqlite]",  # 10 s; test_faults' a_fault_on_every_attempt
+        "test_backends.py::test_backend_really_runs[warm-FSDP-1-NO_SHARD]",  # 8 s; the other warm FSDP1 variant
+        "test_backends.py::test_backend_really_runs[warm-FSDP-1-FULL_SHARD]",  # 8 s
         "test_run_knobs.py::test_a_study_searches_the_new_knobs",  # 58 s; test_knobs, test_apply
         "test_cli_measure.py::test_measure_exits_1_when_no_repeat_measured",  # 51 s; refuses_an_invalid
         "test_backends.py::test_lora_through_peft[FSDP2]",  # 46 s
