@@ -13,7 +13,6 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -138,18 +137,13 @@ class ZygoteHost:
     def socket(self) -> str | None:
         """The zygote's socket; ``None`` when it cannot fork ranks (they start cold)."""
         from explorer.launch._command import zygote_environment
-        from explorer.launch._warm import cold_reason, ensure_zygote
+        from explorer.launch._warm import ensure_zygote
 
         # on the driver's host the zygote dies with the driver, even a SIGKILLed one (Ray's actors
         # linger for seconds after that); elsewhere it dies with this actor
         owner = self.driver[1] if self.driver[0] == socket.gethostname() else os.getpid()
-        known = cold_reason(owner)
         sock = ensure_zygote(owner_pid=owner, env=zygote_environment(cpu_count=os.cpu_count() or 1))
-        if sock is None:
-            if known is None:
-                print(f"explorer: ranks start cold: {cold_reason(owner)}", file=sys.stderr, flush=True)
-            return None
-        return str(sock)
+        return None if sock is None else str(sock)
 
 
 _KEPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -86,8 +85,10 @@ def run_trial(
     n = job.config.number_gpus
     single_node = job.config.number_nodes == 1 and rendezvous is None
     warm = warm_start and single_node and (n == 1 or runner == "torchrun")
-    if warm and zygote is None:
-        zygote = _own_zygote()
+    if warm and zygote is None:  # this process's own zygote; none where it cannot fork ranks
+        from explorer.launch._warm import ensure_zygote
+
+        zygote = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
         warm = zygote is not None
     oom_kills = host_oom_kills()  # the kernel's, for the cgroup the trial's processes start in
     started = time.perf_counter()
@@ -151,18 +152,6 @@ def _run_cold(
             _kill_tree(proc.pid, token)
             proc.wait()
     return proc.returncode, timed_out
-
-
-def _own_zygote() -> Path | None:
-    """The socket of the zygote this process owns, started if need be; ``None`` when the zygote
-    cannot fork ranks (its reason then goes to stderr, once)."""
-    from explorer.launch._warm import cold_reason, ensure_zygote
-
-    known = cold_reason(os.getpid())
-    sock = ensure_zygote(owner_pid=os.getpid(), env=zygote_environment(cpu_count=os.cpu_count() or 1))
-    if sock is None and known is None:
-        print(f"explorer: ranks start cold: {cold_reason(os.getpid())}", file=sys.stderr, flush=True)
-    return sock
 
 
 def _run_warm(

@@ -104,7 +104,7 @@ def _key(owner_pid: int | None) -> str:
 def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path | None:
     """The socket of the zygote serving ``owner_pid`` on this node, started if need be; ``None``
     when the zygote cannot fork ranks (:data:`~explorer.worker._zygote.COLD_LINE`: an import
-    initialised CUDA), and the ranks must start cold.
+    initialised CUDA), and the ranks must start cold (why goes to stderr, the first time).
 
     ``env`` is the zygote's own environment (allocator and thread settings are read at start);
     each rank still gets exactly the environment its request carries.
@@ -138,6 +138,7 @@ def ensure_zygote(*, owner_pid: int | None, env: dict[str, str]) -> Path | None:
         if line.startswith(COLD_LINE):
             proc.wait()
             _COLD[key] = line.removeprefix(COLD_LINE).strip()
+            print(f"explorer: ranks start cold: {_COLD[key]}", file=sys.stderr, flush=True)
             return None
         return sock
 
