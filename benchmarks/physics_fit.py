@@ -47,6 +47,7 @@ STARTS = {
     "HALF_HIDDEN": 600.0,
     "HALF_TOKENS": 4096.0,
     "OVERLAP": 0.7,
+    "STEP_OVERHEAD_S": 0.03,
     "ACTIVATION_BASE": 20.0,
     "ACTIVATION_MLP": 8.0,
     "COMPILE_ACTIVATION": 0.72,
@@ -55,7 +56,11 @@ STARTS = {
 """The constants of :mod:`explorer.search._physics` that the evidence fits, and the sourced values
 the fit starts from and is held near (each constant's docstring there says where they come from:
 llm-foundry's and torchtitan's MFU for the efficiency, Korthikanti et al. for the activations,
-the previous prior for the step tokens' half point and the overlap)."""
+the previous prior for the step tokens' half point and the overlap, 30 ms for a step's fixed
+overhead)."""
+UPPER = {"MFU_REF": 1.0, "OVERLAP": 1.0}
+"""Bounds that physics sets: no more than the peak at the reference card, and communication hidden
+behind at most all of the compute."""
 FITTED = tuple(STARTS)
 SOURCED = (
     "CONTEXT_GIB",
@@ -513,10 +518,16 @@ def _set(values: dict[str, float]) -> None:
             setattr(_calibrate if hasattr(_calibrate, k) else physics, k, v)
 
 
-THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "OVERLAP")
+THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "STEP_OVERHEAD_S")
+"""The throughput constants fitted (``OVERLAP`` is recorded, not refitted: :mod:`explorer.search._calibrate`)."""
 MEMORY_FITTED = ("ACTIVATION_BASE", "ACTIVATION_MLP", "COMPILE_ACTIVATION", "LOGIT_BYTES")
-PRIOR_SD = 1.0
-"""Each fitted constant's log-normal prior around its sourced starting value (a factor of e)."""
+PRIOR_SD = {"throughput": 3.0, "memory": 1.0}
+"""Each fitted constant's log-normal prior around its sourced starting value, by group: the
+throughput's width is the one of :data:`PRIOR_CHOICES` with the least error when each source of the
+fit part is left out in turn and predicted by a fit on the others (:func:`choose_prior`, in
+``physics_fit.json``'s ``prior_choice``; the held-back part plays no part); the memory's stays a
+factor of e."""
+PRIOR_CHOICES = (0.5, 1.0, 2.0, 3.0, 5.0)
 WEIGHT_POWER = 0.5
 """A source of n rows weighs n^(1 - this): between one a row (0) and one a source (1)."""
 
@@ -532,10 +543,12 @@ def _residuals(p: Point, weight: float, group: tuple[str, ...]) -> list[float]:
     return out
 
 
-def _fit_group(train: list[Point], group: tuple[str, ...]) -> dict[str, float]:
-    """One group's least-squares constants (the module's constants restored after)."""
+def _fit_group(train: list[Point], group: tuple[str, ...], prior_sd: float | None = None) -> dict[str, float]:
+    """One group's least-squares constants (the module's constants restored after), each within
+    its :data:`UPPER` bound."""
     from scipy.optimize import least_squares
 
+    sd = prior_sd or PRIOR_SD["throughput" if group is THROUGHPUT_FITTED else "memory"]
     used = [p for p in train if _residuals(p, 1.0, group)]
     per_source: dict[str, int] = {}
     for p in used:
@@ -547,11 +560,32 @@ def _fit_group(train: list[Point], group: tuple[str, ...]) -> dict[str, float]:
     def resid(u: Any) -> list[float]:
         _set({k: start[k] * math.exp(x) for k, x in zip(group, u, strict=True)})
         out = [r for p in used for r in _residuals(p, weight[p.source], group)]
-        return out + [x / PRIOR_SD for x in u]
+        return out + [x / sd for x in u]
 
-    result = least_squares(resid, [0.0] * len(group))
+    upper = [math.log(UPPER[k] / start[k]) if k in UPPER else math.inf for k in group]
+    result = least_squares(resid, [0.0] * len(group), bounds=([-math.inf] * len(group), upper))
     _set(saved)
     return {k: start[k] * math.exp(x) for k, x in zip(group, result.x, strict=True)}
+
+
+def choose_prior(pts: list[Point]) -> dict[str, Any]:
+    """For each of :data:`PRIOR_CHOICES`: each source of the fit part left out in turn, the
+    throughput constants fitted on the others, and the median absolute log error on the left-out
+    source; the mean over sources, and the width with the least."""
+    train = [p for p in pts if p.part == "fit" and _residuals(p, 1.0, THROUGHPUT_FITTED)]
+    sources = sorted({p.source for p in train})
+    saved = {k: float(_get(k)) for k in THROUGHPUT_FITTED}
+    errors: dict[str, dict[str, float]] = {}
+    for sd in PRIOR_CHOICES:
+        by_source = {}
+        for s in sources:
+            _set(_fit_group([p for p in train if p.source != s], THROUGHPUT_FITTED, sd))
+            out = [abs(math.log(predict(p)["tokens_s"] / p.tokens_s)) for p in train if p.source == s]
+            by_source[s] = round(statistics.median(out), 4)
+        errors[str(sd)] = {"mean": round(statistics.mean(by_source.values()), 4), **by_source}
+    _set(saved)
+    best = min(PRIOR_CHOICES, key=lambda sd: errors[str(sd)]["mean"])
+    return {"errors": errors, "chosen": best}
 
 
 def fit(pts: list[Point]) -> dict[str, float]:
@@ -645,6 +679,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     _print(out)
     if args.write:
+        out["prior_choice"] = choose_prior(pts)
+        print(f"throughput prior width by leaving each fit source out: {out['prior_choice']}")
         write(out)
     return 0
 
