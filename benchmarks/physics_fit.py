@@ -47,7 +47,6 @@ STARTS = {
     "HALF_HIDDEN": 600.0,
     "HALF_TOKENS": 4096.0,
     "OVERLAP": 0.7,
-    "STEP_OVERHEAD_S": 0.03,
     "ACTIVATION_BASE": 20.0,
     "ACTIVATION_MLP": 8.0,
     "COMPILE_ACTIVATION": 0.72,
@@ -56,8 +55,7 @@ STARTS = {
 """The constants of :mod:`explorer.search._physics` that the evidence fits, and the sourced values
 the fit starts from and is held near (each constant's docstring there says where they come from:
 llm-foundry's and torchtitan's MFU for the efficiency, Korthikanti et al. for the activations,
-the previous prior for the step tokens' half point and the overlap, 30 ms for a step's fixed
-overhead)."""
+the previous prior for the step tokens' half point and the overlap)."""
 UPPER = {"MFU_REF": 1.0, "OVERLAP": 1.0}
 """Bounds that physics sets: no more than the peak at the reference card, and communication hidden
 behind at most all of the compute."""
@@ -71,6 +69,7 @@ SOURCED = (
     "INTER_NODE_BYTES_S",
     "CUDA_SHARE_HBM",
     "CUDA_SHARE_GDDR",
+    "STEP_OVERHEAD_S",
 )
 """The constants that come from a source, not a fit (recorded beside the fitted ones)."""
 
@@ -518,10 +517,10 @@ def _set(values: dict[str, float]) -> None:
             setattr(_calibrate if hasattr(_calibrate, k) else physics, k, v)
 
 
-THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS", "STEP_OVERHEAD_S")
+THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS")
 """The throughput constants fitted (``OVERLAP`` is recorded, not refitted: :mod:`explorer.search._calibrate`)."""
 MEMORY_FITTED = ("ACTIVATION_BASE", "ACTIVATION_MLP", "COMPILE_ACTIVATION", "LOGIT_BYTES")
-PRIOR_SD = {"throughput": 3.0, "memory": 1.0}
+PRIOR_SD = {"throughput": 2.0, "memory": 1.0}
 """Each fitted constant's log-normal prior around its sourced starting value, by group: the
 throughput's width is the one of :data:`PRIOR_CHOICES` with the least error when each source of the
 fit part is left out in turn and predicted by a fit on the others (:func:`choose_prior`, in

@@ -111,25 +111,6 @@ def test_throughput_directions(job):
         assert tput(slower) < tput(base), slower
 
 
-def test_packed_rows_attend_within_entries_only_under_flash(job):
-    """Packed rows of long-tailed entries: sdpa attends over the whole row, flash within each entry,
-    so flash computes fewer attention FLOPs there (the span: sum n^2 / sum n of the entries cut at
-    the row); padded to max_length both attend over the row."""
-    physics, valid = job
-    base = _pick(valid, number_gpus=8, padding="packed", attn_implementation="flash_attention_2")
-    s = base.model_max_length
-    clipped = [min(n, s) for n in physics.lengths]
-    span = sum(n * n for n in clipped) / sum(clipped)
-    assert span < 0.8 * s
-    computed = base.per_device_batch_size * s
-    assert physics._attention_span(base, computed) == round(span)
-    assert physics._attention_span(base.replace(attn_implementation="sdpa"), computed) == s
-    compute = lambda c: physics.time_parts(c)[1]  # noqa: E731
-    assert compute(base) < compute(base.replace(attn_implementation="sdpa")) * 0.97
-    padded = base.replace(padding="max_length")
-    assert physics._attention_span(padded, computed) == s
-
-
 def test_parts_add_up_to_the_estimates(job):
     physics, valid = job
     some = valid[::997]

@@ -150,3 +150,16 @@ def test_the_throughput_prior_is_the_width_chosen_on_the_fit_part(recorded, fit)
 def test_the_prior_choice_is_recomputed(recorded, fit):
     pts, _ = fit.points()
     assert fit.choose_prior(pts) == recorded["prior_choice"]
+
+
+def test_the_step_overhead_is_the_measured_step_of_a_model_without_compute():
+    """STEP_OVERHEAD_S is the project's own H100 measurement, not a fit: TRL's SFTTrainer on a
+    336k-parameter model, whose compute takes under 0.1% of its step; the mean step time."""
+    from explorer.search import _physics
+
+    line = (RESULTS / "gpu" / "2026-11-27-3" / "trl-max_length.jsonl").read_text().splitlines()[0]
+    props = json.loads(line)["properties"]
+    step = props["measured_seconds"] / props["measured_steps"]
+    assert step == pytest.approx(_physics.STEP_OVERHEAD_S, abs=5e-4)
+    compute = props["model_flops_per_token"] * props["measured_train_tokens"] / props["measured_steps"]
+    assert compute / props["peak_flops"] < 1e-3 * step

@@ -15,7 +15,6 @@ from explorer.knobs._knob import (
 )
 from explorer.knobs._registry import (
     BACKENDS,
-    DENSE_ATTENTION,
     FSDP_SHARDING_STRATEGIES,
     FSDP_VERSIONS,
     SHARDING,
@@ -30,7 +29,6 @@ from explorer.knobs._registry import (
 __all__ = [
     "Axis",
     "BACKENDS",
-    "DENSE_ATTENTION",
     "Condition",
     "FSDP_SHARDING_STRATEGIES",
     "FSDP_VERSIONS",

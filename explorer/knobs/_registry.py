@@ -220,16 +220,12 @@ def _always(c: Config) -> bool:
     return True
 
 
-DENSE_ATTENTION = ("sdpa", "eager")
-"""The attention kernels that attend over the whole padded or packed row (transformers' 4-D mask);
-flash_attention_2 (varlen, from the position ids) and flex_attention (a block-sparse mask) attend
-within each packed entry only."""
-
-
 @_reading("attn_implementation")
 def _dense(c: Config) -> bool:
-    """The kernel attends over the whole row (:data:`DENSE_ATTENTION`)."""
-    return c.attn_implementation in DENSE_ATTENTION
+    """sdpa and eager attend over the whole padded or packed row (transformers' 4-D mask);
+    flash_attention_2 (varlen, from the position ids) and flex_attention (a block-sparse mask)
+    attend within each packed entry only."""
+    return c.attn_implementation in ("sdpa", "eager")
 
 
 @_reading("torch_compile")

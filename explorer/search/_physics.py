@@ -37,9 +37,7 @@ worker certifies the worst case (:mod:`explorer.worker._worst_case`).
 Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step time``:
 
 * compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
-  (padding included), recomputation included, the attention over the row each token sees (the
-  padded or packed row, or under flash's or flex's per-entry attention a packed entry's own
-  length), at the data sheet's peak times an efficiency
+  (padding included), recomputation included, at the data sheet's peak times an efficiency
   (:meth:`JobPhysics.efficiency`): ``MFU_REF``, lower on a GPU with more FLOPs per byte of memory
   bandwidth, for narrow models and for short steps; times the knobs' ``efficiency`` (torch.compile's
   1.16, from torchtitan's measured pair);
@@ -50,7 +48,7 @@ Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step t
   (:mod:`explorer.search._calibrate`);
 * offload: weights and gradients cross PCIe every step and the CPU steps the optimizer;
 * the optimizer step: reading and writing the states at the GPU's memory bandwidth, and on a GPU
-  a fixed ``STEP_OVERHEAD_S`` a step (kernel launches, Python, the data loader).
+  a fixed ``STEP_OVERHEAD_S`` a step (kernel launches, Python, the data loader; measured).
 
 The fitted constants come from ``benchmarks/physics_fit.py`` on the public measurements of
 ``benchmarks/evidence/measurements.csv`` (one part fitted, one held back; the figures are in
@@ -73,7 +71,7 @@ from explorer.errors import SpecError
 from explorer.flops import FlopModel
 from explorer.gpus import Gpu, gpu_figures, is_cpu_model, lookup, missing_figures
 from explorer.hardware import CPU_MODEL
-from explorer.knobs import DENSE_ATTENTION, knobs
+from explorer.knobs import knobs
 from explorer.search._calibrate import PhysicsParts, exposed
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
@@ -106,22 +104,22 @@ part of the bf16 logits and log-softmax alive beside them; fitted from a start o
 MFU_REF = 1.0
 """The compute efficiency (hardware FLOPs, recomputation included, over the bf16 peak) that a wide
 model's long steps approach on a GPU of :data:`FLOPS_PER_BYTE_REF` (the A100 80GB); with the
-width and step terms a 70B model at 16K tokens a step computes at 0.79, and with its fixed
-overhead and communication it measures less, where llm-foundry's MPT-70B on A100 80GB measures
-0.71 HFU (0.53 MFU) and torchtitan's Llama 2/3 on A100 0.45-0.54 MFU (6N). Fitted
+width and step terms a 70B model at 16K tokens a step computes at 0.76 (and measures less, with
+the step's fixed overhead and its communication), where llm-foundry's MPT-70B on A100 80GB
+measures 0.71 HFU (0.53 MFU) and torchtitan's Llama 2/3 on A100 0.45-0.54 MFU (6N). Fitted
 (``benchmarks/physics_fit.py``), at its bound: the peak."""
 FLOPS_PER_BYTE_REF = 153.0
 """The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
-MFU_ALPHA = 0.74
+MFU_ALPHA = 0.768
 """How the efficiency falls with a GPU's FLOPs per byte of bandwidth (``(ref / ratio)^alpha``):
 a card with more compute per byte of memory waits more on the memory-bound parts of a step
 (norms, activations, the optimizer): llm-foundry's H100 (295 FLOP/byte) reaches 0.35-0.46 where
 the A100 80GB (153) reaches 0.50-0.64 and the A100 40GB (201) 0.47-0.59. Fitted."""
-HALF_HIDDEN = 763.0
+HALF_HIDDEN = 826.0
 """The hidden size at which the efficiency is half its large-model value (``h / (h + this)``):
 narrow matrices underfill the tensor cores and the per-layer kernels that do not scale with the
 width weigh more. Fitted."""
-HALF_TOKENS = 2530.0
+HALF_TOKENS = 3124.0
 """Tokens a device step at which the efficiency is half of its long-step value
 (``t / (t + this)``): small steps underfill the GPU and the per-step overheads weigh more. Fitted
 from the previous prior's 4096 (a fit started at 1024 stops near it, at a worse least-squares
@@ -137,11 +135,13 @@ GB/s a GPU; torchtitan's H100s 400 Gb/s a GPU): a configuration on more than one
 collectives at the slower of this and the node's link. Sourced, not fitted: llm-foundry's A100
 rows state their fabric (1600 Gb/s a node of 8 GPUs); a fit on its multi-node rows gives 34 GB/s,
 and the H100 rows' fabric is not stated (``benchmarks/physics_fit.py``)."""
-STEP_OVERHEAD_S = 0.069
+STEP_OVERHEAD_S = 0.0315
 """Seconds a device step spends on what neither its FLOPs nor its bytes account for (kernel
-launches, Python, the data loader, the optimizer's many small kernels), the same for any model:
-it is why small models on fast cards measure far below their compute (the project's own H100
-runs of a 360M model). GPUs only: a CPU study's steps carry none. Fitted (``benchmarks/physics_fit.py``) from a start of 0.03: 69 ms."""
+launches, Python, the data loader, the optimizer's many small kernels), the same for any model.
+Measured, not fitted: TRL's SFTTrainer (an HF Trainer) on one H100, a 336k-parameter model whose
+compute takes microseconds, 31.5 ms a step over 10 steps (+-10.7%;
+``benchmarks/results/gpu/2026-11-27-3/trl-max_length.jsonl``). GPUs only: a CPU study's steps
+carry none."""
 HOST_LINK_BYTES_S = 20e9
 """Host-device copy bandwidth (PCIe 4.0/5.0 x16 pinned: 20-50 GB/s)."""
 CPU_ADAM_PARAMS_S = 1e9
@@ -314,22 +314,6 @@ class JobPhysics:
         mean, longest = self._clipped(b, s)
         return b * mean, b * (longest if c.padding == "longest" else s)
 
-    def _attention_span(self, c: TrialConfig, computed: float) -> int:
-        """The tokens a token attends over: the padded or packed row, but a packed entry's own
-        length under a kernel that attends within each entry (flash's varlen, flex's block mask;
-        not :data:`explorer.knobs.DENSE_ATTENTION`): the token-weighted mean entry length."""
-        if c.padding == "max_length":
-            return c.model_max_length
-        if c.padding == "packed" and c.attn_implementation not in DENSE_ATTENTION:
-            return round(self._entry_span(c.model_max_length))
-        return int(computed / c.per_device_batch_size)
-
-    @functools.lru_cache(maxsize=16)  # noqa: B019 (one instance a study, a few lengths)
-    def _entry_span(self, s: int) -> float:
-        """The token-weighted mean length of the entries truncated at ``s`` (sum n^2 / sum n)."""
-        clipped = [min(n, s) for n in self.lengths]
-        return sum(n * n for n in clipped) / max(1, sum(clipped))
-
     @functools.lru_cache(maxsize=256)  # noqa: B019 (one instance a study, a few (b, s) pairs)
     def _clipped(self, b: int, s: int) -> tuple[float, float]:
         """(the mean entry length, the expected longest of ``b`` entries), truncated at ``s``."""
@@ -363,7 +347,7 @@ class JobPhysics:
         acts = (
             a.layers * ((1 - fraction) * per_layer + fraction * tokens * a.hidden * 2) + fraction * per_layer
         )
-        if c.padding == "packed" and c.attn_implementation in DENSE_ATTENTION:
+        if c.padding == "packed" and c.attn_implementation in ("eager", "sdpa"):
             acts += c.per_device_batch_size * s * s * 2.0
         logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
         # the foreach step's temporaries come after the backward freed the activations and logits
@@ -388,7 +372,7 @@ class JobPhysics:
 
     def time_parts(self, c: TrialConfig) -> tuple[float, float, float, float, float]:
         """(dataset tokens a device step; seconds of compute, of collective communication, of
-        host offload, of the optimizer step and the step's fixed overhead), which the measured trials calibrate one scale each
+        host offload, of the optimizer step), which the measured trials calibrate one scale each
         (the exposed communication: :func:`explorer.search._calibrate.exposed`)."""
         a, n = self.arch, max(1, c.number_gpus)
         data, computed = self._tokens(c)
@@ -398,7 +382,9 @@ class JobPhysics:
             n_trainable_linear=self.trainable if self.lora else a.linear,
             layers=a.layers,
             hidden=a.hidden,
-            seq_len=self._attention_span(c, computed),
+            seq_len=c.model_max_length
+            if c.padding == "max_length"
+            else int(computed / c.per_device_batch_size),
             lora=self.lora,
             checkpointing=fraction,
         ).hardware_flops_per_token
