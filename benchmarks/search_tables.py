@@ -106,6 +106,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this tree's package, not the one an editable install points at
 TABLES = ROOT / "benchmarks" / "results" / "tables"
 GIB = 2**30
 PEAK = 989e12
