@@ -372,7 +372,7 @@ class JobPhysics:
 
     def time_parts(self, c: TrialConfig) -> tuple[float, float, float, float, float]:
         """(dataset tokens a device step; seconds of compute, of collective communication, of
-        host offload, of the optimizer step), which the measured trials calibrate one scale each
+        host offload, of the optimizer step and the fixed overhead), which the measured trials calibrate one scale each
         (the exposed communication: :func:`explorer.search._calibrate.exposed`)."""
         a, n = self.arch, max(1, c.number_gpus)
         data, computed = self._tokens(c)
