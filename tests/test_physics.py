@@ -87,6 +87,26 @@ def test_memory_directions(job):
     assert physics.memory_gib(eager.replace(padding="packed")) > physics.memory_gib(eager)
 
 
+def test_liger_saves_one_of_the_gated_mlps_four_saved_tensors_and_the_logits(job):
+    """Liger's SwiGLU keeps the gate and up projections only (down_proj keeps its input): the
+    saved activations lose a quarter of the MLP's share, and its fused loss the logits."""
+    from explorer.search import _physics
+
+    physics, valid = job
+    base = _pick(
+        valid, gradient_checkpointing=False, liger_kernel=False, attn_implementation="flash_attention_2"
+    )
+    liger = base.replace(liger_kernel=True)
+    _, acts, logits, _ = physics.memory_parts(base)
+    _, acts_liger, logits_liger, _ = physics.memory_parts(liger)
+    a = physics.arch
+    share = _physics._product(_physics._ACTIVATION_SHARE, base)  # compile's applies to both
+    tokens = base.per_device_batch_size * base.model_max_length
+    saved = a.layers * tokens * a.intermediate * _physics.ACTIVATION_MLP / 4 * share / _physics.GIB
+    assert acts - acts_liger == pytest.approx(saved, rel=1e-9)
+    assert logits > 0 and logits_liger == 0.0
+
+
 def test_throughput_directions(job):
     """On long-tailed entries packing beats padding to max_length; offload, checkpointing and
     eager attention are slower."""
@@ -172,3 +192,59 @@ def test_nothing_measured_keeps_the_textbook():
     parts = _synthetic()
     assert np.allclose(fit_memory_scales(parts, [], [], limit_gib=None), 1.0)
     assert np.allclose(fit_time_scales(parts, []), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "best_gib", "median_ratio", "verdicts_differ"),
+    [("granite-3.1-2b", 112.8, 1.396, 18), ("llama-3.1-8b", 77.9, 1.236, 8)],
+)
+def test_the_modelled_node_tables_peaks_against_the_physics(name, best_gib, median_ratio, verdicts_differ):
+    """docs/benchmarks.md's figures for the earlier modelled tables (34 bytes of activations a
+    token-layer-hidden unit): the physics' estimate of each table's best configuration, the median
+    of its estimates over the table's peaks, and the fit verdicts on which they differ."""
+    import csv
+
+    loaded = load_study(ROOT / f"benchmarks/search_studies/{name}.yaml", check_model=False)
+    r = loaded.spec.resources
+    physics = JobPhysics(workload=loaded.spec.workload, resources=r)
+    with open(ROOT / f"benchmarks/results/tables/model-{name}.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+
+    def key(n, b, ckpt, backend, version, strategy):
+        fsdp = backend == "FSDP"
+        return (int(n), int(b), str(ckpt), backend, str(version) if fsdp else "", strategy if fsdp else "")
+
+    table = {
+        key(
+            d["number_gpus"],
+            d["batch_size"],
+            d["gradient_checkpointing"] == "True",
+            d["distributed_backend"],
+            d["fsdp_version"],
+            d["fsdp_sharding_strategy"],
+        ): d
+        for d in rows
+    }
+    best = max(rows, key=lambda d: float(d["dataset_tokens_per_second_per_gpu"]))
+    ratios, differ = [], 0
+    for c in loaded.space.enumerate():
+        if invalid_reason(c, r) is not None:
+            continue
+        row = table[
+            key(
+                c.number_gpus,
+                c.batch_size,
+                bool(c.gradient_checkpointing),
+                c.distributed_backend,
+                c.fsdp_version,
+                c.fsdp_sharding_strategy,
+            )
+        ]
+        estimate, peak = physics.memory_gib(c), float(row["peak_memory_gib"])
+        ratios.append(estimate / peak)
+        differ += (estimate <= physics.limit_gib) != (peak <= physics.limit_gib)
+        if row is best:
+            assert estimate == pytest.approx(best_gib, abs=0.05)
+    assert len(ratios) == len(rows) == 190
+    assert float(np.median(ratios)) == pytest.approx(median_ratio, abs=5e-4)
+    assert differ == verdicts_differ

@@ -258,6 +258,9 @@ class Knob:
     activation_share: Mapping[Any, float] = field(default_factory=dict)
     """A multiplier of the saved activations by value (unlisted: 1), for the search's memory
     estimate (:mod:`explorer.search._physics`)."""
+    mlp_activation_share: Mapping[Any, float] = field(default_factory=dict)
+    """A multiplier of the activations a gated MLP saves (its intermediate-width tensors) by value
+    (unlisted: 1), for the search's memory estimate (:mod:`explorer.search._physics`)."""
     step_copies: Mapping[Any, float] = field(default_factory=dict)
     """Copies of the trainable weights that the optimizer step holds as temporaries, by value
     (unlisted: none), for the search's memory estimate."""

@@ -526,6 +526,10 @@ _DECLARED = (
         # Liger can lose to no Liger (issue 23's report): no order there
         speed=_Depends("liger_kernel", (_compiled, Axis()), (_always, Axis("increasing"))),
         efficiency={True: 1.04},  # Liger-Kernel paper: about 20% on the fused ops, a few % a step
+        # LigerSiLUMulFunction saves the gate and up projections and recomputes silu(gate) in the
+        # backward (Liger-Kernel src/liger_kernel/ops/swiglu.py): three of the MLP's four saved
+        # intermediate-width tensors (down_proj still saves its input)
+        mlp_activation_share={True: 0.75},
         label=lambda v, c: "liger" if v else None,
         needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
     ),

@@ -26,6 +26,7 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   attention's variable-length kernels do without;
 * logits: ``tokens x vocab x LOGIT_BYTES`` (the fp32 upcast and its gradient; fitted), which
   Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
+  Liger's SwiGLU saves three of a gated MLP's four intermediate-width tensors (its source);
 * 1.5 GiB for the CUDA context, kernels and allocator slack.
 
 A device may use the memory CUDA reports (``gpus.csv``'s ``cuda_total_gib``: 79.18 GiB on an H100
@@ -171,6 +172,9 @@ _EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
 """The knobs' multipliers of the compute efficiency (the registry's ``efficiency``)."""
 _ACTIVATION_SHARE = [(k.name, k.activation_share) for k in knobs() if k.activation_share]
 """The knobs' multipliers of the saved activations (the registry's ``activation_share``)."""
+_MLP_SHARE = [(k.name, k.mlp_activation_share) for k in knobs() if k.mlp_activation_share]
+"""The knobs' multipliers of a gated MLP's saved activations (the registry's
+``mlp_activation_share``: Liger's SwiGLU keeps three of its four intermediate-width tensors)."""
 _STEP_COPIES = [(k.name, k.step_copies) for k in knobs() if k.step_copies]
 """Copies of the trainable weights an optimizer step holds as temporaries (the registry's
 ``step_copies``): the foreach AdamW's tensorlist intermediates ("uses ~ sizeof(params) more peak
@@ -338,7 +342,7 @@ class JobPhysics:
         elif c.distributed_backend == "DDP":
             grads *= 2
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
-        mlp = ACTIVATION_MLP if a.gated else ACTIVATION_MLP / 2  # two of the four tensors
+        mlp = ACTIVATION_MLP * _product(_MLP_SHARE, c) if a.gated else ACTIVATION_MLP / 2  # two of four
         per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
         per_layer *= _product(_ACTIVATION_SHARE, c)
         if c.attn_implementation == "eager":
