@@ -10,7 +10,7 @@ from explorer.record import TrialRecord
 from explorer.report._headroom import memory_flag
 from explorer.report._ranking import feasible_ranking
 from explorer.secrets import mask_url
-from explorer.study import OBJECTIVE, config_of, describe, named_best, open_study, verdict_lines
+from explorer.study import OBJECTIVE, config_of, describe, named_best, verdict_lines
 from explorer.study._objectives import objective_value, pareto_front
 
 if TYPE_CHECKING:
@@ -23,16 +23,16 @@ __all__ = ["pareto_lines", "print_summary"]
 
 
 def print_summary(
-    loaded: LoadedStudy, result: OptimizeResult, printer: Callable[[str], None] = print
+    loaded: LoadedStudy, result: OptimizeResult, study: optuna.Study, printer: Callable[[str], None] = print
 ) -> None:
     """Print the end of an ``explorer optimize`` run: counts, the best trial, the top five, where.
 
     Args:
         loaded: The study that ran.
         result: What this run did.
+        study: The study, opened by the caller (who closes its storage).
         printer: Where the lines go.
     """
-    study = open_study(loaded, create=False)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.statuses.items()))
     printer("")
     printer(
