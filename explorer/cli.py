@@ -463,6 +463,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         one_line = args.command == "optimize" and not args.debug  # its trials are marked by then
         sys.stderr.write(run_error_line(exc) if one_line else crash_text(exc))
         return 1
+    finally:
+        storages = sys.modules.get("explorer.study._storage")  # not imported: none was opened
+        if storages is not None:
+            storages.close_opened()
     raise AssertionError(args.command)
 
 

@@ -15,11 +15,13 @@ from explorer.secrets import mask_url, redact, remember_opened
 
 if TYPE_CHECKING:
     import optuna
+    import sqlalchemy
 
     from explorer.spec import LoadedStudy
 
 __all__ = [
     "check_intact",
+    "close_opened",
     "has_schema",
     "is_read_only",
     "load_readonly",
@@ -35,6 +37,9 @@ _NO_SCHEMA = "UndefinedTable"
 """PostgreSQL's error when the database has no Optuna tables (so no study)."""
 _READ_ONLY: weakref.WeakSet[optuna.Study] = weakref.WeakSet()
 """The studies :func:`load_readonly` opened (nothing can be stored through them)."""
+_OPENED: weakref.WeakSet[sqlalchemy.engine.Engine] = weakref.WeakSet()
+"""The engines of the storages :func:`open_storage` and :func:`load_readonly` opened, for
+:func:`close_opened` (an engine outlives its storage until the cyclic collector runs)."""
 
 _CREATED_BY_ANOTHER = ("already exists", "UNIQUE constraint failed", "duplicate key value violates unique")
 """sqlite's and PostgreSQL's words when another process created Optuna's schema at the same moment."""
@@ -82,7 +87,9 @@ def open_storage(url: str, *, field_file: str = "storage") -> optuna.storages.RD
             raise _unreachable(url, exc, field_file) from None
     for attempt in range(3):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+            storage = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args})
+            _OPENED.add(storage.engine)
+            return storage
         except (
             sqlalchemy.exc.OperationalError,
             sqlalchemy.exc.IntegrityError,
@@ -261,6 +268,7 @@ def load_readonly(loaded: LoadedStudy) -> optuna.Study:
                 skip_table_creation=True,
                 skip_compatibility_check=True,
             )
+            _OPENED.add(storage.engine)
             study = optuna.load_study(study_name=loaded.spec.name, storage=storage)
             _READ_ONLY.add(study)
             return study
@@ -303,3 +311,11 @@ def has_schema(path: Path) -> bool:
             con.close()
     except sqlite3.Error:
         return True
+
+
+def close_opened() -> None:
+    """Close the connections of every storage this process opened, at the end of a command: left
+    to the collector, the last one to close folds sqlite's WAL into the file and removes it, which
+    must not happen during a later command of the same process that promises to write nothing."""
+    for engine in list(_OPENED):
+        engine.dispose()
