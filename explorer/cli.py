@@ -647,7 +647,7 @@ def _report(args: argparse.Namespace) -> int:
 def _optimize(args: argparse.Namespace) -> int:
     from explorer.progress import terminal_progress
     from explorer.report import print_summary
-    from explorer.study import opened_study, optimize, study_utilization
+    from explorer.study import open_study, optimize, study_utilization
     from explorer.study_file import load_study
 
     loaded = load_study(
@@ -667,9 +667,9 @@ def _optimize(args: argparse.Namespace) -> int:
             if isinstance(exc.__context__, KeyboardInterrupt):
                 raise exc.__context__ from None
             raise
-    with opened_study(loaded) as study:
-        print_summary(loaded, result, study)
-        used = study_utilization(study)
+    study = open_study(loaded, create=False)  # its connections close at the end of main
+    print_summary(loaded, result, study)
+    used = study_utilization(study)
     if used is not None:
         print(used.describe())
     if result.measured_nothing:  # every trial of this run crashed: not a success

@@ -21,21 +21,21 @@ __all__ = ["record_findings"]
 def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]:
     """Store ``report``'s invalid values for its node type on the study (made if missing), beside
     those of other node types; returns the attribute as stored."""
-    from explorer.study import opened_study
+    from explorer.study import open_study
 
-    with opened_study(loaded, create=True) as study:
-        recorded: dict[str, Any] = dict(StudyRecord.of(study).doctor or {})
-        invalid = dict(recorded.get("invalid") or {})
-        nodes = dict(recorded.get("nodes") or {})
-        invalid[report.gpu_model] = report.invalid()
-        nodes[report.gpu_model] = {
-            "host": report.node.get("host"),
-            "device": report.device,
-            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "counts": report.counts(),
-        }
-        if report.measured and not report.measured.get("error"):
-            nodes[report.gpu_model]["measured"] = report.measured  # what `explorer estimate` prices with
-        recorded = {"invalid": invalid, "nodes": nodes}
-        write_study(study, DOCTOR_ATTR, recorded)
-        return recorded
+    study = open_study(loaded, create=True)
+    recorded: dict[str, Any] = dict(StudyRecord.of(study).doctor or {})
+    invalid = dict(recorded.get("invalid") or {})
+    nodes = dict(recorded.get("nodes") or {})
+    invalid[report.gpu_model] = report.invalid()
+    nodes[report.gpu_model] = {
+        "host": report.node.get("host"),
+        "device": report.device,
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "counts": report.counts(),
+    }
+    if report.measured and not report.measured.get("error"):
+        nodes[report.gpu_model]["measured"] = report.measured  # what `explorer estimate` prices with
+    recorded = {"invalid": invalid, "nodes": nodes}
+    write_study(study, DOCTOR_ATTR, recorded)
+    return recorded

@@ -4,14 +4,7 @@ optimize loop (which asks :mod:`explorer.search` what to try)."""
 from explorer.study._audit import Audit, audit
 from explorer.study._confirm import named_best, verdict_lines
 from explorer.study._identity import check_same_job
-from explorer.study._optimize import (
-    OptimizeResult,
-    describe,
-    open_existing_study,
-    open_study,
-    opened_study,
-    optimize,
-)
+from explorer.study._optimize import OptimizeResult, describe, open_existing_study, open_study, optimize
 from explorer.study._record import (
     COUNTED,
     OBJECTIVE,
@@ -45,7 +38,6 @@ __all__ = [
     "readonly_url",
     "open_existing_study",
     "open_study",
-    "opened_study",
     "optimize",
     "Reclaimed",
     "reclaim_interrupted",

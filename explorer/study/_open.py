@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from explorer.record import StudyRecord, TrialRecord, write_study
@@ -26,7 +25,7 @@ from explorer.validity import invalid_reason
 if TYPE_CHECKING:
     import optuna
 
-__all__ = ["enqueue_grid", "open_existing_study", "open_study", "opened_study"]
+__all__ = ["enqueue_grid", "open_existing_study", "open_study"]
 
 
 def open_study(
@@ -123,19 +122,6 @@ def open_existing_study(loaded: LoadedStudy) -> optuna.Study:
         raise missing from None
     check_same_job(study, loaded)
     return study
-
-
-@contextmanager
-def opened_study(loaded: LoadedStudy, *, create: bool = False) -> Iterator[optuna.Study]:
-    """:func:`open_study` whose storage's connections close on leaving, not whenever they are
-    collected: the last one to close folds sqlite's WAL into the file and removes it, which must
-    not happen during a later command of the same process that promises to write nothing (a
-    refused ``optimize``)."""
-    storage = open_storage(loaded.storage_url, field_file=str(loaded.file) + ": storage")
-    try:
-        yield open_study(loaded, create=create, storage=storage)
-    finally:
-        storage.engine.dispose()
 
 
 def enqueue_grid(study: optuna.Study, loaded: LoadedStudy) -> int:

@@ -19,7 +19,7 @@ from explorer.study._lines import describe, short
 from explorer.study._loop import MAX_REUSE_STREAK, Loop
 from explorer.study._notes import describe_study
 from explorer.study._objectives import PER_GPU_RANKED
-from explorer.study._open import enqueue_grid, open_existing_study, open_study, opened_study
+from explorer.study._open import enqueue_grid, open_existing_study, open_study
 from explorer.study._peers import Drivers
 from explorer.study._record import counted_trials, status_of
 from explorer.study._recover import reclaim_interrupted
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from explorer.search import Strategy
     from explorer.spec import StudySpec
 
-__all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "opened_study", "optimize"]
+__all__ = ["OptimizeResult", "describe", "open_existing_study", "open_study", "optimize"]
 
 Printer = Callable[[str], None]
 STOPPED_EARLY = StudyKey.STOPPED_EARLY
