@@ -386,6 +386,8 @@ def records(pts: list[Point]) -> list[dict[str, Any]]:
         pred = predict(p)
         base = {"id": p.id, "part": p.part, "label": p.label, "fits_predicted": pred["fits"]}
         base["source"] = p.source
+        limit = pred["limit_gib"]
+        base["headroom"] = None if limit is None else round(limit / pred["peak_gib"] - 1, 5)
         base["fits_measured"] = p.fits
         kinds = [("throughput", p.tokens_s, pred["tokens_s"]), ("memory", p.peak_gib, pred["peak_gib"])]
         measured_any = False
@@ -405,6 +407,60 @@ def records(pts: list[Point]) -> list[dict[str, Any]]:
             out.append({**base, "kind": "feasibility", "predicted": round(pred["peak_gib"], 4)})
             out[-1].update({"measured": None, "ratio": None})
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# An allocator margin: what a share more of memory on every estimate would do to the verdicts
+
+MARGINS = (0.0, 0.01, 0.02, 0.03, 0.04, 0.05)
+"""The margins :func:`margin_tradeoff` prices: an estimate ``1 + m`` times the physics' (memory the
+caching allocator keeps in split blocks), and the verdict ``fits`` where ``headroom >= m``."""
+
+
+def margin_tradeoff(recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """From each point's ``headroom`` (the limit over the estimate, less 1): per part, the margins
+    that get every measured verdict right (the largest headroom of an OOM up to the smallest of a
+    fit; ``None`` when no margin does), and per margin, the wrong verdicts and the runs that ran
+    (throughput only, their kernels and batch tuned to the limit) that it predicts out of memory."""
+    one = {r["id"]: r for r in recs if r["headroom"] is not None}  # one verdict a point
+    out: dict[str, Any] = {}
+    for part in ("fit", "held"):
+        rs = [r for r in one.values() if r["part"] == part]
+        ooms = [r["headroom"] for r in rs if r["fits_measured"] is False]
+        fits = [r["headroom"] for r in rs if r["fits_measured"] is True]
+        low, high = max(ooms, default=-math.inf), min(fits, default=math.inf)
+        ran = [r["headroom"] for r in rs if r["fits_measured"] is None and r["kind"] == "throughput"]
+        out[part] = {
+            "all_right": _interval(low, high),
+            "by_margin": {
+                str(m): {
+                    "wrong": sum(h < m for h in fits) + sum(h >= m for h in ooms),
+                    "ran_predicted_oom": sum(h < m for h in ran),
+                }
+                for m in MARGINS
+            },
+        }
+    return out
+
+
+def _interval(low: float, high: float) -> list[float | None] | None:
+    """``[low, high]`` rounded, an unbounded side ``None``; ``None`` if empty."""
+    if low >= high:
+        return None
+    return [None if math.isinf(low) else round(low, 4), None if math.isinf(high) else round(high, 4)]
+
+
+def seed_004_margins(cells: list[dict[str, Any]]) -> list[float | None] | None:
+    """The margins at which every seed 004 cell's smallest fitting ratio is the seed's: the seed's
+    ratio fits, the next smaller one does not."""
+    low, high = -math.inf, math.inf
+    for c in cells:
+        limit, est = c["limit_gib"], {float(k): v for k, v in c["estimate_gib"].items()}
+        high = min(high, limit / est[c["seed_ratio"]] - 1)
+        smaller = [r for r in SAC_GRID if r < c["seed_ratio"]]
+        if smaller:
+            low = max(low, limit / est[max(smaller)] - 1)
+    return _interval(low, high)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -610,6 +666,7 @@ def report(pts: list[Point], skipped: dict[int, str]) -> dict[str, Any]:
         },
         "figures": figures(recs),
         "seed_004": {"agree": sum(c["agree"] for c in cells), "cells": len(cells), "table": cells},
+        "margin": {**margin_tradeoff(recs), "seed_004": seed_004_margins(cells)},
         "skipped": {str(k): v for k, v in sorted(skipped.items())},
         "points": recs,
     }
@@ -627,6 +684,7 @@ def write(out: dict[str, Any]) -> None:
         "ratio",
         "fits_predicted",
         "fits_measured",
+        "headroom",
     ]
     with CSV_OUT.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
@@ -648,6 +706,13 @@ def _print(out: dict[str, Any]) -> None:
                     f"{s['q1']:.3f}-{s['q3']:.3f} range {s['min']:.3f}-{s['max']:.3f} "
                     f"within 2x {s['within_2x']}/{s['n']}"
                 )
+    for part in ("fit", "held"):
+        m = out["margin"][part]
+        trade = ", ".join(
+            f"{k}: {v['wrong']} wrong, {v['ran_predicted_oom']} ran" for k, v in m["by_margin"].items()
+        )
+        print(f"[{part}] allocator margin with every verdict right: {m['all_right']}; {trade}")
+    print(f"allocator margin with every seed 004 cell right: {out['margin']['seed_004']}")
     seed = out["seed_004"]
     print(f"seed 004 sAC cells: {seed['agree']}/{seed['cells']} agree")
     for c in seed["table"]:
