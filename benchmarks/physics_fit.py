@@ -486,43 +486,57 @@ QWEN = {
 """Qwen2.5's shapes (HF configs, as in measurements.csv rows 275-286); heads 40/40/64, 8 KV heads."""
 
 
+def seed_004_job(model: str, gpu: str) -> physics.JobPhysics:
+    """The physics of one seed 004 cell: 64 GPUs, four a node on H100 and GB200, else eight."""
+    row = {"model": model, **QWEN[model]}
+    arch = architecture(row)
+    arch["num_attention_heads"] = 64 if model.endswith("72B") else 40
+    workload = WorkloadSpec.model_validate(
+        {
+            "model": {"name": model, "architecture": arch},
+            "dataset": {"kind": "synthetic", "min_tokens": 4096},
+            "model_max_length": 4096,
+        }
+    )
+    per_node = _per_node(gpu)
+    resources = ResourcesSpec.model_validate(
+        {"gpu_model": gpu, "gpus_per_node": per_node, "nodes": 64 // per_node, "device": "cuda"}
+    )
+    return physics.JobPhysics(workload=workload, resources=resources)
+
+
+def _per_node(gpu: str) -> int:
+    return 4 if "GB200" in gpu or "H100" in gpu else 8
+
+
+def seed_004_config(gpu: str, ratio: float, length: int = 4096) -> TrialConfig:
+    """Seed 004's configuration at a selective-checkpointing ratio: 2 sequences a GPU."""
+    return TrialConfig(
+        batch_size=128,
+        number_gpus=64,
+        number_nodes=64 // _per_node(gpu),
+        distributed_backend="FSDP",
+        fsdp_sharding_strategy="FULL_SHARD",
+        gradient_checkpointing=ratio > 0,
+        checkpoint_fraction=ratio if ratio > 0 else 1.0,
+        model_max_length=length,
+        torch_compile=True,
+        optim="adamw_torch",
+        gpu_model=gpu,
+    )
+
+
 def seed_004() -> list[dict[str, Any]]:
-    """Per cell: the seed's ratio, the physics' smallest fitting ratio, each ratio's estimate."""
+    """Per cell: the seed's ratio, the physics' smallest fitting ratio, each ratio's estimate, and
+    the longest sequences at which the seed's ratio fits."""
     out = []
     for (model, gpu), seed in SEED_004.items():
-        row = {"model": model, **QWEN[model]}
-        arch = architecture(row)
-        arch["num_attention_heads"] = 64 if model.endswith("72B") else 40
-        workload = WorkloadSpec.model_validate(
-            {
-                "model": {"name": model, "architecture": arch},
-                "dataset": {"kind": "synthetic", "min_tokens": 4096},
-                "model_max_length": 4096,
-            }
-        )
-        per_node = 4 if "GB200" in gpu or "H100" in gpu else 8
-        resources = ResourcesSpec.model_validate(
-            {"gpu_model": gpu, "gpus_per_node": per_node, "nodes": 64 // per_node, "device": "cuda"}
-        )
-        job = physics.JobPhysics(workload=workload, resources=resources)
-        gib = {}
-        for ratio in SAC_GRID:
-            c = TrialConfig(
-                batch_size=128,
-                number_gpus=64,
-                number_nodes=64 // per_node,
-                distributed_backend="FSDP",
-                fsdp_sharding_strategy="FULL_SHARD",
-                gradient_checkpointing=ratio > 0,
-                checkpoint_fraction=ratio if ratio > 0 else 1.0,
-                model_max_length=4096,
-                torch_compile=True,
-                optim="adamw_torch",
-                gpu_model=gpu,
-            )
-            gib[ratio] = round(job.memory_gib(c), 3)
-        fitting = [r for r in SAC_GRID if gib[r] <= (job.limit_gib or math.inf)]
+        job = seed_004_job(model, gpu)
+        limit = job.limit_gib or math.inf
+        gib = {ratio: round(job.memory_gib(seed_004_config(gpu, ratio)), 3) for ratio in SAC_GRID}
+        fitting = [r for r in SAC_GRID if gib[r] <= limit]
         predicted = min(fitting) if fitting else None
+        lengths = [n for n in range(1, 4097) if job.memory_gib(seed_004_config(gpu, seed, n)) <= limit]
         out.append(
             {
                 "model": model,
@@ -532,6 +546,7 @@ def seed_004() -> list[dict[str, Any]]:
                 "agree": predicted == seed,
                 "limit_gib": job.limit_gib,
                 "estimate_gib": {str(k): v for k, v in gib.items()},
+                "seed_ratio_fits_up_to_tokens": max(lengths, default=0),
             }
         )
     return out
@@ -716,7 +731,11 @@ def _print(out: dict[str, Any]) -> None:
     seed = out["seed_004"]
     print(f"seed 004 sAC cells: {seed['agree']}/{seed['cells']} agree")
     for c in seed["table"]:
-        print(f"  {c['model']:12s} {c['gpu']:24s} seed {c['seed_ratio']} physics {c['predicted_ratio']}")
+        longest = c["seed_ratio_fits_up_to_tokens"]
+        fits = "" if longest == 4096 else f" (the seed's ratio fits sequences of up to {longest} tokens)"
+        print(
+            f"  {c['model']:12s} {c['gpu']:24s} seed {c['seed_ratio']} physics {c['predicted_ratio']}{fits}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

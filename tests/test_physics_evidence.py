@@ -129,6 +129,23 @@ def test_the_seed_004_cells_are_the_package_s(recorded, fit):
         (c["model"], c["gpu"], c["predicted_ratio"]) for c in recorded["seed_004"]["table"]
     ]
     assert recorded["seed_004"]["agree"] == sum(c["agree"] for c in fresh)
+    assert [c["seed_ratio_fits_up_to_tokens"] for c in fresh] == [
+        c["seed_ratio_fits_up_to_tokens"] for c in recorded["seed_004"]["table"]
+    ]
+
+
+def test_a_disagreeing_seed_004_cell_fits_at_the_recorded_length_and_not_one_token_longer(recorded, fit):
+    """Where the seed's ratio does not fit at 4096 tokens, the recorded length is the longest at
+    which the package's estimate for it fits (docs/estimate.md)."""
+    cells = [c for c in recorded["seed_004"]["table"] if not c["agree"]]
+    assert cells, "every cell agrees: docs/estimate.md says one does not"
+    for c in cells:
+        n, limit = c["seed_ratio_fits_up_to_tokens"], c["limit_gib"]
+        job = fit.seed_004_job(c["model"], c["gpu"])
+        assert job.limit_gib == pytest.approx(limit)
+        assert job.memory_gib(fit.seed_004_config(c["gpu"], c["seed_ratio"], n)) <= limit
+        assert job.memory_gib(fit.seed_004_config(c["gpu"], c["seed_ratio"], n + 1)) > limit
+        assert 0 < n < 4096
 
 
 def test_held_back_estimates_stay_within_the_goals(recorded):
