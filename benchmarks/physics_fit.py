@@ -526,6 +526,19 @@ def seed_004_config(gpu: str, ratio: float, length: int = 4096) -> TrialConfig:
     )
 
 
+def _longest_fitting(job: physics.JobPhysics, gpu: str, ratio: float, most: int = 4096) -> int:
+    """The longest sequences (up to ``most``) at which the cell fits at ``ratio`` (0: none), by
+    bisection: the estimate grows with the length."""
+    limit = job.limit_gib or math.inf
+    low, high = 0, most  # low fits (or is 0); the answer is at most high
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (
+            (mid, high) if job.memory_gib(seed_004_config(gpu, ratio, mid)) <= limit else (low, mid - 1)
+        )
+    return low
+
+
 def seed_004() -> list[dict[str, Any]]:
     """Per cell: the seed's ratio, the physics' smallest fitting ratio, each ratio's estimate, and
     the longest sequences at which the seed's ratio fits."""
@@ -536,7 +549,7 @@ def seed_004() -> list[dict[str, Any]]:
         gib = {ratio: round(job.memory_gib(seed_004_config(gpu, ratio)), 3) for ratio in SAC_GRID}
         fitting = [r for r in SAC_GRID if gib[r] <= limit]
         predicted = min(fitting) if fitting else None
-        lengths = [n for n in range(1, 4097) if job.memory_gib(seed_004_config(gpu, seed, n)) <= limit]
+        longest = _longest_fitting(job, gpu, seed)
         out.append(
             {
                 "model": model,
@@ -546,7 +559,7 @@ def seed_004() -> list[dict[str, Any]]:
                 "agree": predicted == seed,
                 "limit_gib": job.limit_gib,
                 "estimate_gib": {str(k): v for k, v in gib.items()},
-                "seed_ratio_fits_up_to_tokens": max(lengths, default=0),
+                "seed_ratio_fits_up_to_tokens": longest,
             }
         )
     return out

@@ -193,7 +193,7 @@ def _verdicts(recorded, part):
 
 
 @pytest.mark.parametrize("part", ["fit", "held"])
-def test_the_allocator_margin_tradeoff_follows_from_the_points(recorded, fit, part):
+def test_the_allocator_margin_tradeoff_follows_from_the_points(recorded, part):
     """Each margin's wrong verdicts and ran-but-predicted-OOM count, and the interval where every
     verdict is right, recomputed from the recorded headrooms (a verdict at margin m: fits when
     the headroom is at least m)."""
@@ -212,7 +212,7 @@ def test_the_allocator_margin_tradeoff_follows_from_the_points(recorded, fit, pa
         assert (wrong == 0) == right, m
 
 
-def test_no_one_margin_gets_both_the_verdicts_and_seed_004_right(recorded, fit):
+def test_no_one_margin_gets_both_the_verdicts_and_seed_004_right(recorded):
     """Seed 004's cells all agree only with the estimates 1.8-1.9% lower, the fitted part's
     verdicts only with them 1.6-4.1% higher (docs/estimate.md): recomputed from the cells."""
     cells = recorded["seed_004"]["table"]
@@ -229,5 +229,5 @@ def test_no_one_margin_gets_both_the_verdicts_and_seed_004_right(recorded, fit):
     assert agree((low + high) / 2) == len(cells) > agree(low - 1e-3)
     assert agree(high + 1e-3) < len(cells)
     assert agree(0.0) == recorded["seed_004"]["agree"]
-    fit_low, fit_high = recorded["margin"]["fit"]["all_right"]
+    fit_low, _ = recorded["margin"]["fit"]["all_right"]
     assert high < fit_low, "the two intervals now meet: docs/estimate.md says they do not"
