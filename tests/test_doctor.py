@@ -259,7 +259,9 @@ def test_the_doctor_table_agrees_with_what_the_trials_then_do(tmp_path):
     recorded invalid with the doctor's reason and never launched (the search reads the findings,
     so it proposes few or none); every launched trial is measured (ok or oom), as the table said
     its values run."""
+    from explorer.record import StudyRecord
     from explorer.study import config_of, open_existing_study
+    from explorer.study._confirm import CONFIRM_JOB_BASE
     from explorer.study_file import load_study
 
     data = yaml.safe_load(EVERY_KNOB.read_text())
@@ -302,8 +304,14 @@ def test_the_doctor_table_agrees_with_what_the_trials_then_do(tmp_path):
             assert t.user_attrs["status"] in ("ok", "oom"), (config, t.user_attrs.get("error"))
             seen["measured"] += 1
     assert seen["measured"] >= 3, seen  # (the search, reading the findings, proposes few or none blocked)
-    launched = {p.name for p in (tmp_path / "runs").iterdir() if p.name.startswith("trial")}
-    assert len(launched) == seen["measured"], (launched, seen)
+    # every measured trial has its folder; so has each confirmation job (numbered above
+    # CONFIRM_JOB_BASE, never a trial), which runs only when rivals are within noise of the best
+    folders = {int(p.name.removeprefix("trial-")) for p in (tmp_path / "runs").glob("trial-*")}
+    launched = {n for n in folders if n <= CONFIRM_JOB_BASE}
+    assert launched == {t.number for t in trials}, (sorted(folders), seen)
+    confirmation = StudyRecord.of(open_existing_study(loaded)).confirmation or {}
+    jobs = {m["job"] for m in confirmation.get("measurements", [])}
+    assert folders - launched == jobs, (sorted(folders), confirmation)
 
 
 def test_a_replay_study_is_refused_with_one_line(capsys, tmp_path):
