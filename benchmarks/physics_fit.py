@@ -22,6 +22,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -48,9 +49,9 @@ STARTS = {
     "HALF_TOKENS": 4096.0,
     "OVERLAP": 0.7,
     "ACTIVATION_BASE": 20.0,
-    "ACTIVATION_MLP": 8.0,
     "COMPILE_ACTIVATION": 0.72,
     "LOGIT_BYTES": 8.0,
+    "RESERVED_SLACK": 0.10,
 }
 """The constants of :mod:`explorer.search._physics` that the evidence fits, and the sourced values
 the fit starts from and is held near (each constant's docstring there says where they come from:
@@ -61,6 +62,7 @@ UPPER = {"MFU_REF": 1.0, "OVERLAP": 1.0}
 behind at most all of the compute."""
 FITTED = tuple(STARTS)
 SOURCED = (
+    "ACTIVATION_MLP",
     "CONTEXT_GIB",
     "COMPILE_SPEED",
     "SCORE_BYTES",
@@ -98,16 +100,22 @@ GPUS = {
     "H100 80GB SXM (assumed)": ("NVIDIA-H100-80GB-HBM3", None),
     "H100 80GB SXM (HBM3)": ("NVIDIA-H100-80GB-HBM3", None),
     "H100 80GB": ("NVIDIA-H100-80GB-HBM3", None),
+    "GB200 (186 GB)": ("NVIDIA-GB200", None),
     # Grand Teton's H100: 96 GB HBM2e (six 16 GiB stacks), CUDA total not published: 95 GiB taken
     "H100 96GB HBM2e SXM at 500 W (Grand Teton)": ("NVIDIA-H100-80GB-HBM3", {"memory_gib": 95.0}),
 }
 """The CSV's GPU descriptions -> the table's label and figures declared over the table's row."""
 
-HELD_FAMILIES = ("MPT-7b", "MPT-30b", "Llama 2", "granite", "Qwen2.5")
+HELD_FAMILIES = ("MPT-7b", "MPT-30b", "Llama 2", "granite", "Qwen2.5-32B")
 """The split, fixed: every row of these model families is held back (MPT-7b and MPT-30b sit
 between the fitted MPT sizes; Llama 2 comes only from torchtitan's A100 tables; granite and Qwen
 from seeds 000 and 004), and so are torchtitan's 128-GPU (multi-node) Llama 3.1 8B pair."""
 HELD_IDS = frozenset({228, 229})
+BF16_LOSS_LOGIT_BYTES = 8.0
+"""The logits' bytes a token and vocabulary entry where a run takes the cross-entropy of the bf16
+logits outside the model (IDRIS's ``FSDP_sAC.py``): the logits and their log-softmax in bf16, both
+kept through the backward, and the two gradients, 4 x 2 bytes; the HF model's own loss upcasts to
+fp32 first (the physics' ``LOGIT_BYTES``)."""
 SAC_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 SELECTIVE_OP = 0.75
 """torchtitan's per-op selective checkpointing as explorer's fraction of layers checkpointed."""
@@ -126,6 +134,12 @@ class Point:
     config: TrialConfig
     tokens_s: float | None
     peak_gib: float | None
+    """The measured peak as the caching allocator reserved it (or as NVML saw it)."""
+    allocated_gib: float | None
+    """The measured peak of the tensors alone (``torch.cuda.max_memory_allocated``)."""
+    logit_bytes: float | None
+    """Bytes a token and vocabulary entry of the logits where the run's loss differs from the HF
+    model's own (``None``: the physics' :data:`LOGIT_BYTES`)."""
     fits: bool | None
     """The measured verdict: a peak, an OOM or a stated fit (``None``: only a throughput, whose
     run fitted with kernels and a batch tuned to the limit that the row does not detail)."""
@@ -170,11 +184,11 @@ def architecture(row: dict[str, str]) -> dict[str, Any] | None:
 def _checkpointing(text: str) -> float | None:
     """The fraction of layers checkpointed (0: off); ``None``: not stated."""
     t = text.lower()
+    if t.startswith("none"):
+        return 0.0
     if "ratio" in t:
         a, _, b = t.split("ratio", 1)[1].strip().partition("/")
         return float(a) / float(b or 1)
-    if t.startswith("none"):
-        return 0.0
     if t.startswith("selective"):
         # torchtitan: "per layer" checkpoints every 2nd layer; "per op" (its default) keeps every
         # other matmul's output and attention's (q, v, the MLP's first and last product, the
@@ -247,6 +261,8 @@ def point(row: dict[str, str]) -> Point:
     seq = 64 if peft else int(row["seq_len"])  # PEFT's twitter_complaints example: 64 tokens, batch 8
     micro = 8 if peft else int(row["micro_batch_per_gpu"] or 1)
     gpus, nodes = int(row["num_gpus"] or 1), int(row["nodes"] or 1)
+    if "NVL72" in row["inter_node"]:  # one NVLink domain across the rack's nodes: as one node
+        nodes = 1
     label, declared = GPUS[row["gpu"]]
     lora = "LoRA" in row["workload"]
     method: dict[str, Any] = {"kind": "lora", "r": 8, "target_modules": ["query_key_value"]} if lora else {}
@@ -295,7 +311,10 @@ def point(row: dict[str, str]) -> Point:
     other = (row["other_metric"] + " " + row["peak_memory_kind"]).lower()
     oom = "oom" in other and "fits" not in other
     measured_peak = _number(row["peak_memory_gib"])
-    fits = False if oom else True if measured_peak or "fit" in other else None
+    allocated = _allocated(row["peak_memory_kind"], measured_peak)
+    if allocated is not None and "max_memory_allocated" in row["peak_memory_kind"]:
+        measured_peak = None  # the row's peak is the tensors' alone
+    fits = False if oom else True if measured_peak or allocated or "fit" in other else None
     return Point(
         id=int(row["id"]),
         part=part_of(row),
@@ -305,9 +324,20 @@ def point(row: dict[str, str]) -> Point:
         config=config,
         tokens_s=_number(row["tokens_per_s_per_gpu"]),
         peak_gib=None if lora and peft else measured_peak,
+        allocated_gib=allocated,
+        logit_bytes=BF16_LOSS_LOGIT_BYTES if "on bf16 logits" in row["notes"] else None,
         fits=fits,
         source="project H100 runs" if row["source"].startswith("project") else row["source"].split(":")[0],
     )
+
+
+def _allocated(kind: str, peak: float | None) -> float | None:
+    """The allocated peak a row states: the row's peak measured by ``max_memory_allocated``, or the
+    ``(allocated X GiB)`` beside a reserved one."""
+    if "max_memory_allocated" in kind:
+        return peak
+    found = re.search(r"allocated ([0-9.]+) GiB", kind)
+    return float(found.group(1)) if found else None
 
 
 def points() -> tuple[list[Point], dict[int, str]]:
@@ -326,11 +356,18 @@ def points() -> tuple[list[Point], dict[int, str]]:
 def predict(p: Point) -> dict[str, Any]:
     """The package's predictions for one point."""
     job = p.physics()
-    memory = job.memory_gib(p.config)
+    saved = physics.LOGIT_BYTES
+    if p.logit_bytes is not None:
+        physics.LOGIT_BYTES = p.logit_bytes
+    try:
+        memory, allocated = job.memory_gib(p.config), job.allocated_gib(p.config)
+    finally:
+        physics.LOGIT_BYTES = saved
     limit = job.limit_gib
     return {
         "tokens_s": math.exp(job.log_throughput(p.config)),
         "peak_gib": memory,
+        "allocated_gib": allocated,
         "limit_gib": limit,
         "fits": None if limit is None else bool(memory <= limit),
     }
@@ -357,6 +394,10 @@ def summary(ratios: list[float]) -> dict[str, Any]:
     }
 
 
+MEMORY_KINDS = ("memory", "allocated")
+"""Peaks measured as reserved (or by NVML), and as allocated: each against its own estimate."""
+
+
 def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Throughput and memory summaries and fit/OOM agreement, per part."""
     out: dict[str, Any] = {}
@@ -368,7 +409,7 @@ def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
         agree = list(verdicts.values())  # one verdict a point, whichever values it has
         out[part] = {
             "throughput": summary([r["ratio"] for r in rs if r["kind"] == "throughput"]),
-            "memory": summary([r["ratio"] for r in rs if r["kind"] == "memory"]),
+            "memory": summary([r["ratio"] for r in rs if r["kind"] in MEMORY_KINDS]),
             "fits_agree": sum(r["fits_measured"] == r["fits_predicted"] for r in agree),
             "fits_points": len(agree),
             "ran_but_predicted_oom": sum(
@@ -389,7 +430,11 @@ def records(pts: list[Point]) -> list[dict[str, Any]]:
         limit = pred["limit_gib"]
         base["headroom"] = None if limit is None else round(limit / pred["peak_gib"] - 1, 5)
         base["fits_measured"] = p.fits
-        kinds = [("throughput", p.tokens_s, pred["tokens_s"]), ("memory", p.peak_gib, pred["peak_gib"])]
+        kinds = [
+            ("throughput", p.tokens_s, pred["tokens_s"]),
+            ("memory", p.peak_gib, pred["peak_gib"]),
+            ("allocated", p.allocated_gib, pred["allocated_gib"]),
+        ]
         measured_any = False
         for kind, measured, predicted in kinds:
             if measured:
@@ -603,7 +648,7 @@ def _set(values: dict[str, float]) -> None:
 
 THROUGHPUT_FITTED = ("MFU_REF", "MFU_ALPHA", "HALF_HIDDEN", "HALF_TOKENS")
 """The throughput constants fitted (``OVERLAP`` is recorded, not refitted: :mod:`explorer.search._calibrate`)."""
-MEMORY_FITTED = ("ACTIVATION_BASE", "ACTIVATION_MLP", "COMPILE_ACTIVATION", "LOGIT_BYTES")
+MEMORY_FITTED = ("ACTIVATION_BASE", "COMPILE_ACTIVATION", "LOGIT_BYTES", "RESERVED_SLACK")
 PRIOR_SD = {"throughput": 2.0, "memory": 1.0}
 """Each fitted constant's log-normal prior around its sourced starting value, by group: the
 throughput's width is the one of :data:`PRIOR_CHOICES` with the least error when each source of the
@@ -620,6 +665,8 @@ def _residuals(p: Point, weight: float, group: tuple[str, ...]) -> list[float]:
     if group is THROUGHPUT_FITTED:
         return [w * math.log(pred["tokens_s"] / p.tokens_s)] if p.tokens_s else []
     out = [2 * w * math.log(pred["peak_gib"] / p.peak_gib)] if p.peak_gib else []
+    if p.allocated_gib:
+        out.append(2 * w * math.log(pred["allocated_gib"] / p.allocated_gib))
     if p.fits is not None and pred["limit_gib"]:
         gap = math.log(pred["peak_gib"] / pred["limit_gib"])
         out.append(2 * w * (max(0.0, gap) if p.fits else max(0.0, -gap)))

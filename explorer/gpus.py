@@ -79,6 +79,9 @@ class Gpu:
     inter_node_gbs: float | None = None
     """The all-reduce bus bandwidth ``explorer doctor`` measured between two nodes of a Ray
     cluster, GB/s; ``None``: not measured (the physics assumes a fabric)."""
+    fabric_gbs: float | None = None
+    """The compute fabric between nodes, per GPU, of NVIDIA's reference node for the card (DGX),
+    GB/s line rate, one direction; ``None``: no reference (the physics assumes a fabric)."""
 
     @property
     def peak_flops(self) -> float:
@@ -191,6 +194,7 @@ def gpu_figures(
         sources=sources,
         busbw_gbs=busbw,
         inter_node_gbs=between,
+        fabric_gbs=row.fabric_gbs if row else None,
     )
 
 
@@ -311,7 +315,9 @@ GPUS: tuple[Gpu, ...] = (
         bandwidth_tbs=3.35,
         link="nvlink",
         link_gbs=900.0,
+        fabric_gbs=50.0,
         sources={
+            "fabric_gbs": "https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-enterprise-ai/latest/core-components.html (DGX H100: eight single-port ConnectX-7, up to 400 Gb/s each, for eight GPUs)",
             "bf16_tflops": "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet (1,979 with sparsity; dense = half)",
             "memory_gb": "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
             "bandwidth_tbs": "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
@@ -369,7 +375,9 @@ GPUS: tuple[Gpu, ...] = (
         bandwidth_tbs=4.8,
         link="nvlink",
         link_gbs=900.0,
+        fabric_gbs=50.0,
         sources={
+            "fabric_gbs": "https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-enterprise-ai/latest/core-components.html (DGX H200: eight single-port ConnectX-7, up to 400 Gb/s each, for eight GPUs)",
             "bf16_tflops": "https://www.nvidia.com/en-us/data-center/h200/ (1,979 with sparsity)",
             "memory_gb": "https://www.nvidia.com/en-us/data-center/h200/",
             "bandwidth_tbs": "https://www.nvidia.com/en-us/data-center/h200/",
@@ -426,7 +434,9 @@ GPUS: tuple[Gpu, ...] = (
         bandwidth_tbs=8.0,
         link="nvlink",
         link_gbs=1800.0,
+        fabric_gbs=50.0,
         sources={
+            "fabric_gbs": "https://docs.nvidia.com/dgx-basepod/reference-architecture-infrastructure-foundation-enterprise-ai/latest/core-components.html (DGX B200: 8x single-port ConnectX-7, up to 400 Gb/s each, for eight GPUs)",
             "bf16_tflops": "https://glennklockwood.com/garden/processors/B200 (HGX B200 at 1,000 W: BF16 2,250 dense / 4,500 sparse; DGX B200 72 PFLOPS FP8 training per 8 GPUs is consistent) ; https://www.nvidia.com/en-us/data-center/dgx-b200/",
             "memory_gb": "https://www.nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB total per 8 GPUs; launch material said 192 GB)",
             "bandwidth_tbs": "https://www.nvidia.com/en-us/data-center/dgx-b200/ (64 TB/s per 8 GPUs); HGX page lists up to 7.7 TB/s",

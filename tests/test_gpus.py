@@ -55,6 +55,9 @@ def test_the_table_equals_the_csv_with_a_source_per_figure(gpu):
     }
     if gpu.cuda_gib is not None:
         columns["cuda_gib"] = "cuda_total_source"
+    assert gpu.fabric_gbs == _number(row["fabric_gbs_per_gpu"])
+    if gpu.fabric_gbs is not None:
+        columns["fabric_gbs"] = "fabric_source"
     for name, column in columns.items():
         assert gpu.sources[name] == row[column]
         if (gpu.label, name) not in UNSOURCED:

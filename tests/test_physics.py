@@ -102,7 +102,8 @@ def test_liger_saves_one_of_the_gated_mlps_four_saved_tensors_and_the_logits(job
     a = physics.arch
     share = _physics._product(_physics._ACTIVATION_SHARE, base)  # compile's applies to both
     tokens = base.per_device_batch_size * base.model_max_length
-    saved = a.layers * tokens * a.intermediate * _physics.ACTIVATION_MLP / 4 * share / _physics.GIB
+    slack = 1 + _physics.RESERVED_SLACK  # the allocator's, on the activations as reserved
+    saved = a.layers * tokens * a.intermediate * _physics.ACTIVATION_MLP / 4 * share * slack / _physics.GIB
     assert acts - acts_liger == pytest.approx(saved, rel=1e-9)
     assert logits > 0 and logits_liger == 0.0
 
@@ -196,7 +197,7 @@ def test_nothing_measured_keeps_the_textbook():
 
 @pytest.mark.parametrize(
     ("name", "best_gib", "median_ratio", "verdicts_differ"),
-    [("granite-3.1-2b", 112.8, 1.396, 18), ("llama-3.1-8b", 77.9, 1.236, 8)],
+    [("granite-3.1-2b", 110.2, 1.289, 17), ("llama-3.1-8b", 83.0, 1.194, 12)],
 )
 def test_the_modelled_node_tables_peaks_against_the_physics(name, best_gib, median_ratio, verdicts_differ):
     """docs/benchmarks.md's figures for the earlier modelled tables (34 bytes of activations a

@@ -18,8 +18,8 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   buckets; FSDP's CPU offload leaves two layers' worth of weights on the device (PyTorch FSDP docs);
 * activations: ``tokens x (hidden x ACTIVATION_BASE + intermediate x ACTIVATION_MLP)`` bytes per
   layer (Korthikanti et al. 2022, "Reducing activation recomputation", table 2, with the MLP's
-  share growing with its width; fitted), times the knobs' ``activation_share`` (torch.compile's
-  0.80, fitted), plus
+  share growing with its width), times the knobs' ``activation_share`` (torch.compile's 0.74,
+  fitted), plus
   ``5 x heads x length`` per token with eager attention, which stores the score matrix; a
   checkpointed layer keeps its input only (2 x hidden bytes a token); packed rows under eager or
   sdpa carry a block-diagonal mask over the whole row (``length^2`` per row), which flash
@@ -27,7 +27,12 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
 * logits: ``tokens x vocab x LOGIT_BYTES`` (the fp32 upcast and its gradient; fitted), which
   Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
   Liger's SwiGLU saves three of a gated MLP's four intermediate-width tensors (its source);
-* 1.5 GiB for the CUDA context, kernels and allocator slack.
+* gradients: ``zero_grad(set_to_none=True)`` frees them after each step, so they fill only as the
+  backward frees the activations and logits (and with the optimizer step's temporaries add what
+  they exceed those by), except while micro-steps accumulate them and in DDP's buckets;
+* the caching allocator's slack: ``RESERVED_SLACK`` of the activations and logits (fitted on peaks
+  measured as reserved and as allocated);
+* 1.5 GiB for the CUDA context, kernels and cuBLAS/NCCL workspaces.
 
 A device may use the memory CUDA reports (``gpus.csv``'s ``cuda_total_gib``: 79.18 GiB on an H100
 80GB), or a study's cap.
@@ -83,25 +88,26 @@ GIB = 2.0**30
 CONTEXT_GIB = 1.5
 """CUDA context, cuBLAS/NCCL workspaces and allocator slack (PyTorch CUDA semantics docs: the
 context alone is 0.3-1 GiB)."""
-ACTIVATION_BASE = 24.6
+ACTIVATION_BASE = 28.4
 """Bytes of saved activations per token, layer and hidden unit outside the MLP's intermediate
-(attention inputs and outputs, norms, residuals, the MLP's input) in 16-bit eager training without
-attention scores. Korthikanti et al. 2022, table 2, count ``34`` a token-layer-hidden unit for a
-4h GeLU MLP, of which 15 outside the MLP; fitted here to the measured peaks
-(``benchmarks/physics_fit.py``)."""
-ACTIVATION_MLP = 10.4
-"""Bytes of saved activations per token, layer and *intermediate* unit of a gated MLP (gate, up,
-the activation's output and the product: four 16-bit tensors of the intermediate width), so that
-activations grow with ``intermediate / hidden``: Llama-3-8B's 3.5 gives ``24.6 + 36.4 = 61`` bytes
-a token-layer-hidden unit eager, 49 compiled (measured peaks imply 47-69 and 33-51); fitted with
-:data:`ACTIVATION_BASE` from a start of 8 (four 2-byte tensors). An ungated MLP saves half."""
+(attention inputs and outputs, norms and their fp32 upcasts, residuals, the MLP's input) in 16-bit
+eager training without attention scores. Korthikanti et al. 2022, table 2, count ``34`` a
+token-layer-hidden unit for a 4h GeLU MLP, of which 15 outside the MLP (Megatron's fused kernels);
+fitted here to the measured peaks of HF models and torchtitan (``benchmarks/physics_fit.py``)."""
+ACTIVATION_MLP = 8.0
+"""Bytes of saved activations per token, layer and *intermediate* unit of a gated MLP: the gate's
+and the up projection's outputs, the activation's output and the product, four 16-bit tensors of
+the intermediate width (what the backward of ``down(act(gate(x)) * up(x))`` reads). Sourced, not
+fitted: activations grow with ``intermediate / hidden``, Llama-3-8B's 3.5 giving ``28.4 + 28 = 56``
+bytes a token-layer-hidden unit eager, 42 compiled; IDRIS's Qwen2.5 logs (2.7 and 5.4 times the
+hidden size) imply 8 a unit. An ungated MLP saves half."""
 SCORE_BYTES = 5.0
 """Bytes per token, layer, head and key of eager attention's saved scores (Korthikanti et al.
 2022, table 2)."""
-LOGIT_BYTES = 11.3
-"""Bytes per token and vocabulary entry of the logits: the fp32 upcast and its gradient (4 + 4) and
-part of the bf16 logits and log-softmax alive beside them; fitted from a start of 8
-(``benchmarks/physics_fit.py``: the project's H100 peaks and Liger's 4K-context OOM)."""
+LOGIT_BYTES = 12.0
+"""Bytes per token and vocabulary entry of the logits of an HF model's own loss: the fp32 upcast and
+its gradient (4 + 4) and part of the bf16 logits and log-softmax alive beside them; fitted from a
+start of 8 (``benchmarks/physics_fit.py``: the project's H100 peaks and Liger's 4K-context OOM)."""
 MFU_REF = 1.0
 """The compute efficiency (hardware FLOPs, recomputation included, over the bf16 peak) that a wide
 model's long steps approach on a GPU of :data:`FLOPS_PER_BYTE_REF` (the A100 80GB); with the
@@ -111,16 +117,16 @@ measures 0.71 HFU (0.53 MFU) and torchtitan's Llama 2/3 on A100 0.45-0.54 MFU (6
 (``benchmarks/physics_fit.py``), at its bound: the peak."""
 FLOPS_PER_BYTE_REF = 153.0
 """The A100 80GB's peak FLOP/s over its memory bandwidth (312 TFLOP/s / 2.039 TB/s)."""
-MFU_ALPHA = 0.768
+MFU_ALPHA = 0.732
 """How the efficiency falls with a GPU's FLOPs per byte of bandwidth (``(ref / ratio)^alpha``):
 a card with more compute per byte of memory waits more on the memory-bound parts of a step
 (norms, activations, the optimizer): llm-foundry's H100 (295 FLOP/byte) reaches 0.35-0.46 where
 the A100 80GB (153) reaches 0.50-0.64 and the A100 40GB (201) 0.47-0.59. Fitted."""
-HALF_HIDDEN = 826.0
+HALF_HIDDEN = 846.0
 """The hidden size at which the efficiency is half its large-model value (``h / (h + this)``):
 narrow matrices underfill the tensor cores and the per-layer kernels that do not scale with the
 width weigh more. Fitted."""
-HALF_TOKENS = 3124.0
+HALF_TOKENS = 3236.0
 """Tokens a device step at which the efficiency is half of its long-step value
 (``t / (t + this)``): small steps underfill the GPU and the per-step overheads weigh more. Fitted
 from the previous prior's 4096 (a fit started at 1024 stops near it, at a worse least-squares
@@ -159,6 +165,12 @@ UNGATED_MODEL_TYPES = frozenset(
 """HF ``model_type``s whose MLP is two matrices with an activation between (``intermediate_size``
 their inner width), not gated: two thirds of a gated MLP's weights at the same width, and half its
 saved activations (the activation's input and output)."""
+RESERVED_SLACK = 0.107
+"""What the caching allocator reserves beyond the activations and logits allocated (blocks split
+and cached between the step's many short-lived tensors): the memory a step needs, the limit's
+measure, is ``allocated + this x (activations + logits)``. Fitted with the activations
+(``benchmarks/physics_fit.py``) on peaks measured as reserved, as allocated, and both (the
+project's H100 runs: reserved 1.08-1.16x allocated)."""
 CUDA_SHARE_HBM = 0.989
 """The share of the marketed memory that CUDA reports, for a card whose total is not in the table
 and whose bandwidth is at least 1 TB/s (HBM): A100 80GB 79.14 / 80, H100 79.18 / 80
@@ -298,9 +310,10 @@ class JobPhysics:
         self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
         if figures is not None and figures.busbw_gbs:  # measured on the node by explorer doctor
             self.link = figures.busbw_gbs * 1e9
-        self.fabric = INTER_NODE_BYTES_S
+        self.fabric = figures.fabric_gbs * 1e9 if figures is not None and figures.fabric_gbs else INTER_NODE_BYTES_S
         """Bus bandwidth of the collectives that cross nodes, bytes/s (measured between two nodes
-        by explorer doctor, else :data:`INTER_NODE_BYTES_S`)."""
+        by explorer doctor, else the card's reference fabric in the GPU table, else
+        :data:`INTER_NODE_BYTES_S`)."""
         if figures is not None and figures.inter_node_gbs:
             self.fabric = figures.inter_node_gbs * 1e9
         self.on_cpu = resources.device == "cpu" or gpu == CPU_MODEL
@@ -339,8 +352,11 @@ class JobPhysics:
             grads, states = grads / n, states / n
         elif fsdp and c.fsdp_sharding_strategy != "NO_SHARD":
             weights, grads, states = weights / n + 2 * width * a.layer_params, grads / n, states / n
-        elif c.distributed_backend == "DDP":
-            grads *= 2
+        # zero_grad(set_to_none=True) frees the gradients after each step: they live through the
+        # forward only while micro-steps accumulate them, and DDP's buckets (one more copy) always
+        kept = grads if int(c.gradient_accumulation_steps or 1) > 1 else 0.0
+        if c.distributed_backend == "DDP":
+            kept += grads
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
         mlp = ACTIVATION_MLP * _product(_MLP_SHARE, c) if a.gated else ACTIVATION_MLP / 2  # two of four
         per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
@@ -354,16 +370,26 @@ class JobPhysics:
         if c.padding == "packed" and c.attn_implementation in ("eager", "sdpa"):
             acts += c.per_device_batch_size * s * s * 2.0
         logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
-        # the foreach step's temporaries come after the backward freed the activations and logits
+        # the gradients fill as the backward frees the activations and logits, and the foreach
+        # step's temporaries come after it: only what they exceed those by adds to the peak
         copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
         held = states / full_states if full_states else 0.0  # the share of the states on this device
         temporaries = copies * width * self.trainable * held  # weight-width copies, sharded as the states
-        exposed = max(0.0, temporaries - acts - logits)
-        return (weights + grads + states + exposed) / GIB, acts / GIB, logits / GIB, self.context_gib
+        exposed = max(0.0, grads - kept + temporaries - acts - logits)
+        slack = 1.0 + RESERVED_SLACK  # the allocator's cached blocks between the step's tensors
+        fixed = weights + states + kept + exposed
+        return fixed / GIB, slack * acts / GIB, slack * logits / GIB, self.context_gib
 
     def memory_gib(self, c: TrialConfig) -> float:
-        """Peak memory of one device on a full-length step, GiB (the parts' sum)."""
+        """Peak memory of one device on a full-length step, GiB (the parts' sum): what CUDA must
+        give the process (reserved by the caching allocator, and the CUDA context)."""
         return sum(self.memory_parts(c))
+
+    def allocated_gib(self, c: TrialConfig) -> float:
+        """The peak of the tensors alone, GiB (``torch.cuda.max_memory_allocated``): the estimate
+        without the allocator's slack and the CUDA context."""
+        state, acts, logits, _ = self.memory_parts(c)
+        return state + (acts + logits) / (1.0 + RESERVED_SLACK)
 
     def efficiency(self, tokens: float) -> float:
         """The share of the peak that a device step of ``tokens`` computes at (hardware FLOPs,
