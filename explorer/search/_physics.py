@@ -319,6 +319,9 @@ class JobPhysics:
         self.on_cpu = resources.device == "cpu" or gpu == CPU_MODEL
         """A CPU study: no CUDA context, and no GPU step's fixed overhead (:data:`STEP_OVERHEAD_S`)."""
         self.context_gib = 0.0 if self.on_cpu else CONTEXT_GIB
+        self.slack = 1.0 if self.on_cpu else 1.0 + RESERVED_SLACK
+        """The reserved memory over the allocated activations and logits (no CUDA caching
+        allocator on a CPU study: its processes' peaks are their tensors')."""
         cap = resources.device_memory_gib
         self.limit_gib = cap if cap is not None else usable_gib(figures) if figures is not None else None
         """The memory a device may use, GiB (``None``: unknown, the models estimate it)."""
@@ -354,7 +357,9 @@ class JobPhysics:
             weights, grads, states = weights / n + 2 * width * a.layer_params, grads / n, states / n
         # zero_grad(set_to_none=True) frees the gradients after each step: they live through the
         # forward only while micro-steps accumulate them, and DDP's buckets (one more copy) always
-        kept = grads if int(c.gradient_accumulation_steps or 1) > 1 else 0.0
+        accumulating = int(c.gradient_accumulation_steps or 1) > 1
+        kept = grads if accumulating else 0.0
+        transient = 0.0 if accumulating else grads
         if c.distributed_backend == "DDP":
             kept += grads
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
@@ -375,8 +380,8 @@ class JobPhysics:
         copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
         held = states / full_states if full_states else 0.0  # the share of the states on this device
         temporaries = copies * width * self.trainable * held  # weight-width copies, sharded as the states
-        exposed = max(0.0, grads - kept + temporaries - acts - logits)
-        slack = 1.0 + RESERVED_SLACK  # the allocator's cached blocks between the step's tensors
+        exposed = max(0.0, transient + temporaries - acts - logits)
+        slack = self.slack  # the allocator's cached blocks between the step's tensors
         fixed = weights + states + kept + exposed
         return fixed / GIB, slack * acts / GIB, slack * logits / GIB, self.context_gib
 
@@ -389,7 +394,7 @@ class JobPhysics:
         """The peak of the tensors alone, GiB (``torch.cuda.max_memory_allocated``): the estimate
         without the allocator's slack and the CUDA context."""
         state, acts, logits, _ = self.memory_parts(c)
-        return state + (acts + logits) / (1.0 + RESERVED_SLACK)
+        return state + (acts + logits) / self.slack
 
     def efficiency(self, tokens: float) -> float:
         """The share of the peak that a device step of ``tokens`` computes at (hardware FLOPs,
