@@ -146,7 +146,9 @@ def test_each_seed_004_cell_s_recorded_length_is_the_longest_its_ratio_fits(reco
         assert job.memory_gib(fit.seed_004_config(c["gpu"], c["seed_ratio"], n)) <= limit
         if n < 4096:
             assert job.memory_gib(fit.seed_004_config(c["gpu"], c["seed_ratio"], n + 1)) > limit
-        assert (n == 4096) == (c["seed_ratio"] == c["predicted_ratio"] or c["predicted_ratio"] < c["seed_ratio"])
+        assert (n == 4096) == (
+            c["seed_ratio"] == c["predicted_ratio"] or c["predicted_ratio"] < c["seed_ratio"]
+        )
 
 
 def test_held_back_estimates_stay_within_the_goals(recorded):
@@ -234,3 +236,28 @@ def test_seed_004_and_every_verdict_agree_without_a_margin(recorded):
     for part in ("fit", "held"):
         part_low, part_high = recorded["margin"][part]["all_right"]
         assert (part_low is None or part_low < 0.0) and (part_high is None or part_high > 0.0), part
+
+
+def test_idris_log_rows_are_consistent_and_priced_as_the_script_ran(fit):
+    """IDRIS's FSDP_sAC.py rows: tokens/s is two sequences of 4096 tokens over the logged mean step
+    (blank across the A100 partition's Omni-Path), the peak is the allocated one, the loss on bf16
+    logits is priced as such, the GB200 rack is one NVLink domain, and Qwen2.5-32B is held back."""
+    import re
+
+    rows = [r for r in csv.DictReader(fit.CSV.open()) if r["source"].startswith("IDRIS Democratizing-LLM-FT")]
+    assert len(rows) == 20
+    points = {p.id: p for p in fit.points()[0]}
+    for r in rows:
+        step = float(re.search(r"step time avg ([0-9.]+) s", r["other_metric"]).group(1))
+        tokens = int(r["micro_batch_per_gpu"]) * int(r["seq_len"]) / step
+        omni_path = r["gpu"].startswith("A100") and int(r["nodes"]) > 1
+        if omni_path:
+            assert r["tokens_per_s_per_gpu"] == ""
+        else:  # the step as the row prints it, to 4 decimals
+            assert float(r["tokens_per_s_per_gpu"]) == pytest.approx(tokens, rel=1e-4)
+        p = points[int(r["id"])]
+        assert "max_memory_allocated" in r["peak_memory_kind"]
+        assert p.peak_gib is None and p.allocated_gib == float(r["peak_memory_gib"]) and p.fits is True
+        assert p.logit_bytes == fit.BF16_LOSS_LOGIT_BYTES
+        assert p.resources.nodes == (1 if r["gpu"].startswith("GB200") else int(r["nodes"]))
+        assert p.part == ("held" if r["model"] == "Qwen2.5-32B" else "fit")

@@ -310,7 +310,9 @@ class JobPhysics:
         self.link = NVLINK_BYTES_S if figures is not None and figures.nvlink else PCIE_BYTES_S
         if figures is not None and figures.busbw_gbs:  # measured on the node by explorer doctor
             self.link = figures.busbw_gbs * 1e9
-        self.fabric = figures.fabric_gbs * 1e9 if figures is not None and figures.fabric_gbs else INTER_NODE_BYTES_S
+        self.fabric = (
+            figures.fabric_gbs * 1e9 if figures is not None and figures.fabric_gbs else INTER_NODE_BYTES_S
+        )
         """Bus bandwidth of the collectives that cross nodes, bytes/s (measured between two nodes
         by explorer doctor, else the card's reference fabric in the GPU table, else
         :data:`INTER_NODE_BYTES_S`)."""
