@@ -193,16 +193,54 @@ def test_the_earlier_tables_are_no_worse():
         assert line in text, line
 
 
-def test_the_current_search_is_no_worse_over_the_tables_than_before_the_physics_fit():
-    """Over the seven knob tables and over the three held-out ones, the current default's median
-    of the per-table medians is at most the one recorded before the physics was fitted; over the
-    knob tables also at most the fitted physics' own before FSDP2's speed-up and the compile
-    contrast (on the held-out three it is half a trial over it: 15.5 against 15)."""
-    for current, before in zip(CURRENT, (RESULT, HELD_OUT), strict=True):
-        now = summary(_result(current), "default")["median"]
-        assert now <= summary(_result(before), "default")["median"], current.name
-    knobs = summary(_result(CURRENT[0]), "default")["median"]
-    assert knobs <= summary(_result(FITTED[0]), "default")["median"]
+def test_the_current_search_against_before_the_physics_fit():
+    """Over the three held-out tables the current default's median of the per-table medians is at
+    most the one recorded before the physics was fitted; over the seven knob tables it is not
+    (13 against 6: their ground truth prices memory far below the published peaks the physics is
+    fitted to), and docs/benchmarks.md says both with the figures recomputed here."""
+    text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+    knobs, held = (summary(_result(p), "default")["median"] for p in CURRENT)
+    knobs_before, held_before = (summary(_result(p), "default")["median"] for p in (RESULT, HELD_OUT))
+    assert held <= held_before
+    assert knobs > knobs_before
+    said = (
+        f"the median over the seven knob tables is {_cell(knobs)} (was {_cell(knobs_before)}), "
+        f"over the held-out three {_cell(held)}"
+    )
+    assert said in text, said
+
+
+@pytest.mark.parametrize(
+    ("name", "table_gib", "physics_gib"),
+    [("llama-8b-h100x4-lora-long", 71.7, 443.5), ("granite-2b-a100-80x4-compile", 60.45, 586.7)],
+)
+def test_the_knob_tables_best_peaks_are_far_below_the_physics(name, table_gib, physics_gib):
+    """docs/benchmarks.md's why: the table's best configuration, its peak in the table and the
+    physics' estimate of it."""
+    import csv
+    import gzip
+
+    from explorer.search._physics import JobPhysics
+    from explorer.study_file import load_study
+
+    loaded = load_study(ROOT / f"benchmarks/search_studies/knobs/{name}.yaml", check_model=False)
+    physics = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources)
+    with gzip.open(ROOT / f"benchmarks/results/tables/knobs-{name}.csv.gz", "rt", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    best = max(rows, key=lambda r: float(r["dataset_tokens_per_second_per_gpu_noise_free"] or 0))
+    assert float(best["peak_memory_gib"]) == pytest.approx(table_gib)
+
+    def view(values: dict) -> tuple:
+        """The searched knobs' values as the table writes them (blank where a knob does not apply)."""
+        fsdp, ckpt = values["distributed_backend"] == "FSDP", str(values["gradient_checkpointing"]) == "True"
+        skip = set() if fsdp else {"fsdp_version", "fsdp_sharding_strategy", "fsdp_cpu_offload"}
+        skip |= set() if ckpt else {"checkpoint_fraction"}
+        shared = sorted(k for k in best if k in loaded.space.domains and k not in skip)
+        return tuple(str(values[k]) for k in shared)
+
+    config = next(c for c in loaded.space.enumerate() if view(c.to_dict()) == view(best))
+    assert physics.memory_gib(config) == pytest.approx(physics_gib, abs=0.05)
+    assert physics.memory_gib(config) > 6 * table_gib
 
 
 EARLIER_NOW = [
