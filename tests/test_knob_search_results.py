@@ -230,15 +230,18 @@ def test_the_knob_tables_best_peaks_are_far_below_the_physics(name, table_gib, p
     best = max(rows, key=lambda r: float(r["dataset_tokens_per_second_per_gpu_noise_free"] or 0))
     assert float(best["peak_memory_gib"]) == pytest.approx(table_gib)
 
-    def view(values: dict) -> tuple:
-        """The searched knobs' values as the table writes them (blank where a knob does not apply)."""
-        fsdp, ckpt = values["distributed_backend"] == "FSDP", str(values["gradient_checkpointing"]) == "True"
-        skip = set() if fsdp else {"fsdp_version", "fsdp_sharding_strategy", "fsdp_cpu_offload"}
-        skip |= set() if ckpt else {"checkpoint_fraction"}
-        shared = sorted(k for k in best if k in loaded.space.domains and k not in skip)
-        return tuple(str(values[k]) for k in shared)
+    template = next(iter(loaded.space.enumerate()))  # the row's values over it, typed as its own
 
-    config = next(c for c in loaded.space.enumerate() if view(c.to_dict()) == view(best))
+    def typed(name: str, text: str):
+        old = getattr(template, name)
+        if text == "":
+            return None if name != "checkpoint_fraction" else old
+        if isinstance(old, bool) or text in ("True", "False"):
+            return text == "True"
+        return type(old)(text) if old is not None else int(text) if text.isdigit() else text
+
+    config = template.replace(**{k: typed(k, v) for k, v in best.items() if k in loaded.space.domains})
+    assert loaded.space.contains(config)
     assert physics.memory_gib(config) == pytest.approx(physics_gib, abs=0.05)
     assert physics.memory_gib(config) > 6 * table_gib
 
