@@ -86,8 +86,8 @@ __all__ = ["JobPhysics", "gpu_memory_gib", "physics_parts", "usable_gib"]
 
 GIB = 2.0**30
 CONTEXT_GIB = 1.5
-"""CUDA context, cuBLAS/NCCL workspaces and allocator slack (PyTorch CUDA semantics docs: the
-context alone is 0.3-1 GiB)."""
+"""CUDA context and cuBLAS/NCCL workspaces (PyTorch CUDA semantics docs: the context alone is
+0.3-1 GiB); the caching allocator's slack is :data:`RESERVED_SLACK`."""
 ACTIVATION_BASE = 28.4
 """Bytes of saved activations per token, layer and hidden unit outside the MLP's intermediate
 (attention inputs and outputs, norms and their fp32 upcasts, residuals, the MLP's input) in 16-bit
