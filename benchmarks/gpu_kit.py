@@ -605,6 +605,9 @@ def trl_study(kit: Kit) -> Path:
     data["measurement"] = {"warmup_steps": 2, "measured_steps": 10, "stop": "steps", "trial_timeout_s": 240}
     if kit.device == "cuda":
         data["resources"] = {"gpus_per_node": 1, "device": "cuda"}
+    else:  # the kit measures SFTTrainer's two paddings, not the study's cap: packed rows of 16 x
+        # 512 tokens peak at 1.06 GiB on one 2-core VM, over the study's 1 GiB (and under it on CI's)
+        data["resources"]["device_memory_gib"] = 2.0
     path = kit.work / "local-jsonl-trl.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
