@@ -133,10 +133,14 @@ def test_calibrated_estimate_predicts_held_back_trials(capsys, tmp_path):
     assert sum(a == b for a, b in said) / len(said) >= 0.85
 
 
-def test_two_nodes_are_priced_at_the_network_not_nvlink():
-    """The same FSDP configuration of 16 GPUs: across 2 nodes its collectives move at the H100's
-    reference fabric (the GPU table's 50 GB/s a GPU), three times slower than NVLink within one."""
-    from explorer.gpus import lookup
+def test_two_nodes_are_priced_at_the_nodes_whole_network():
+    """FSDP across 2 nodes: a ring spreads over every NIC of a node, so its collectives move at the
+    GPU table's reference fabric (50 GB/s a GPU on an H100) times the job's GPUs a node, at most at
+    NVLink's speed (150 GB/s): 4 GPUs (2 a node, 100 GB/s) take 1.5 times as long to communicate as
+    within one node, 16 (8 a node, 400 GB/s) as long; a bus bandwidth the doctor measured between nodes is used as it is."""
+    import dataclasses
+
+    from explorer.gpus import gpu_figures
     from explorer.search._physics import NVLINK_BYTES_S, JobPhysics
     from explorer.study_file import load_study
 
@@ -147,15 +151,29 @@ def test_two_nodes_are_priced_at_the_network_not_nvlink():
         check_hub=False,
     )
     physics = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources)
-    two = next(
-        c
-        for c in loaded.space.enumerate()
-        if c.number_nodes == 2
-        and c.distributed_backend == "FSDP"
-        and c.fsdp_sharding_strategy == "FULL_SHARD"
-    )
-    one = two.replace(number_nodes=1)
-    fabric = lookup(loaded.spec.resources.gpu_model).fabric_gbs * 1e9
-    assert physics.time_parts(two)[2] == pytest.approx(physics.time_parts(one)[2] * NVLINK_BYTES_S / fabric)
-    assert physics.time_parts(two)[2] > 2.5 * physics.time_parts(one)[2]
-    assert physics.log_throughput(two) < physics.log_throughput(one)
+
+    def across(gpus: int):
+        return next(
+            c
+            for c in loaded.space.enumerate()
+            if c.number_nodes == 2
+            and c.number_gpus == gpus
+            and c.per_device_batch_size >= 1
+            and c.distributed_backend == "FSDP"
+            and c.fsdp_sharding_strategy == "FULL_SHARD"
+        )
+
+    card = gpu_figures(loaded.spec.resources.gpu_model)
+    assert card is not None and card.fabric_gbs
+    fabric = card.fabric_gbs * 1e9
+    for gpus in (4, 16):
+        two = across(gpus)
+        one = two.replace(number_nodes=1)
+        bus = min(NVLINK_BYTES_S, fabric * gpus // 2)
+        assert physics.fabric_bus(two) == pytest.approx(fabric * gpus // 2)
+        assert physics.time_parts(two)[2] == pytest.approx(physics.time_parts(one)[2] * NVLINK_BYTES_S / bus)
+    assert physics.time_parts(across(4))[2] > 1.4 * physics.time_parts(across(4).replace(number_nodes=1))[2]
+    measured = dataclasses.replace(card, inter_node_gbs=10.0)
+    slow = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources, figures=measured)
+    assert slow.fabric_bus(across(16)) == pytest.approx(10e9)
+    assert slow.log_throughput(across(16)) < physics.log_throughput(across(16))

@@ -136,12 +136,11 @@ NVLINK_BYTES_S = 150e9
 PCIE_BYTES_S = 12e9
 """Bus bandwidth of an all-reduce over PCIe 4.0 x16 without NVLink (nccl-tests: 10-20 GB/s)."""
 INTER_NODE_BYTES_S = 25e9
-"""Bus bandwidth of an all-reduce that crosses nodes, per GPU (one 200-400 Gb/s InfiniBand or
-RoCE NIC a GPU: 25-50 GB/s line rate; llm-foundry's A100 clusters have 1600 Gb/s a node of 8, 25
-GB/s a GPU; torchtitan's H100s 400 Gb/s a GPU): a configuration on more than one node moves its
-collectives at the slower of this and the node's link. Sourced, not fitted: llm-foundry's A100
-rows state their fabric (1600 Gb/s a node of 8 GPUs); a fit on its multi-node rows gives 34 GB/s,
-and the H100 rows' fabric is not stated (``benchmarks/physics_fit.py``)."""
+"""The network between nodes per GPU, line rate, where the GPU table has no reference fabric for
+the card (one 200 Gb/s InfiniBand or RoCE NIC a GPU; llm-foundry's A100 clusters have 1600 Gb/s a
+node of 8, 25 GB/s a GPU). Sourced, not fitted. A collective that crosses nodes runs at the
+node's whole network, this times the job's GPUs on a node (:meth:`JobPhysics.fabric_bus`), at
+most at the node's own link."""
 STEP_OVERHEAD_S = 0.0315
 """Seconds a device step spends on what neither its FLOPs nor its bytes account for (kernel
 launches, Python, the data loader, the optimizer's many small kernels), the same for any model.
@@ -313,9 +312,12 @@ class JobPhysics:
         self.fabric = (
             figures.fabric_gbs * 1e9 if figures is not None and figures.fabric_gbs else INTER_NODE_BYTES_S
         )
-        """Bus bandwidth of the collectives that cross nodes, bytes/s (measured between two nodes
-        by explorer doctor, else the card's reference fabric in the GPU table, else
-        :data:`INTER_NODE_BYTES_S`)."""
+        """The network between nodes, bytes/s: per GPU (the card's reference fabric in the GPU
+        table, else :data:`INTER_NODE_BYTES_S`), or the bus bandwidth explorer doctor measured
+        between two nodes (:attr:`fabric_measured`)."""
+        self.fabric_measured = bool(figures is not None and figures.inter_node_gbs)
+        """Whether :attr:`fabric` is a measured bus bandwidth (used as it is) rather than a line
+        rate a GPU (times the GPUs a node, :meth:`fabric_bus`)."""
         if figures is not None and figures.inter_node_gbs:
             self.fabric = figures.inter_node_gbs * 1e9
         self.on_cpu = resources.device == "cpu" or gpu == CPU_MODEL
@@ -398,6 +400,17 @@ class JobPhysics:
         state, acts, logits, _ = self.memory_parts(c)
         return state + (acts + logits) / self.slack
 
+    def fabric_bus(self, c: TrialConfig) -> float:
+        """Bus bandwidth of a collective across ``c``'s nodes, bytes/s: a ring that crosses nodes
+        spreads its channels over every NIC of a node, so its bus bandwidth is the node's whole
+        network (NCCL's maintainers: on 3+ nodes a ring's bus bandwidth "is going to reflect
+        exactly what's going through the NICs", 80 GB/s from four NICs, nccl-tests issue 160; 95
+        GB/s from four 200 Gb/s NICs, issue 252; 46-48 GB/s a 400 Gb/s NIC, issue 290). A measured
+        bus bandwidth (:attr:`fabric_measured`) is that already."""
+        if self.fabric_measured:
+            return self.fabric
+        return self.fabric * max(1, math.ceil(c.number_gpus / max(1, int(c.number_nodes))))
+
     def efficiency(self, tokens: float) -> float:
         """The share of the peak that a device step of ``tokens`` computes at (hardware FLOPs,
         recomputation included), before the knobs' multipliers: :data:`MFU_REF` at the A100's
@@ -429,7 +442,7 @@ class JobPhysics:
         compute = flops * computed / (self.peak * speed)
         width = 2.0  # collectives move bf16 weights and gradients
         comm = offload = 0.0
-        link = self.link if int(c.number_nodes) <= 1 else min(self.link, self.fabric)
+        link = self.link if int(c.number_nodes) <= 1 else min(self.link, self.fabric_bus(c))
         if n > 1 and c.distributed_backend == "DDP":
             comm = 2 * width * self.trainable * (n - 1) / n / link
         elif n > 1 and c.distributed_backend == "FSDP":
