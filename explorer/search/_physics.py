@@ -405,8 +405,12 @@ class JobPhysics:
         spreads its channels over every NIC of a node, so its bus bandwidth is the node's whole
         network (NCCL's maintainers: on 3+ nodes a ring's bus bandwidth "is going to reflect
         exactly what's going through the NICs", 80 GB/s from four NICs, nccl-tests issue 160; 95
-        GB/s from four 200 Gb/s NICs, issue 252; 46-48 GB/s a 400 Gb/s NIC, issue 290). A measured
-        bus bandwidth (:attr:`fabric_measured`) is that already."""
+        GB/s from four 200 Gb/s NICs, issue 252; 46-48 GB/s a 400 Gb/s NIC, issue 290). A bus
+        bandwidth explorer doctor measured (:attr:`fabric_measured`) is used as it is: measured
+        with one GPU a node, it is the node's whole network where the GPUs share one NIC (a slow
+        Ethernet link, where multiplying would price the network far too fast), and low by up to
+        the GPUs a node where each GPU has its own, which the calibration's multiplier of the
+        communication across nodes corrects from the first trials over several nodes."""
         if self.fabric_measured:
             return self.fabric
         return self.fabric * max(1, math.ceil(c.number_gpus / max(1, int(c.number_nodes))))

@@ -65,7 +65,8 @@ PHYSICS_THROUGHPUT_KERNEL = (0.05, 0.01, 0.002, 0.005, 0.02**2)
 left to learn is a residual of about a factor 1.8 (a prior standard deviation of 0.6 in log units
 over 13 parameters: 0.05 + 13 x 0.01 + 78 x 0.002), not the whole landscape."""
 PHYSICS_MEMORY_KERNEL = (0.02, 0.01, 0.001, 0.01, 0.05**2)
-"""The memory kernel around the calibrated physics (a residual standard deviation of about 0.5)."""
+"""The memory kernel around the calibrated physics (a residual standard deviation of about 0.5 at
+its full width, 0.24 at a quarter of it: :data:`MEMORY_AMPLITUDES`)."""
 MEMORY_AMPLITUDES = (0.25, 0.5, 1.0)
 """Multipliers of the memory kernel around the calibrated physics, of which the likeliest for the
 labels' residuals is used (type-II maximum likelihood, :func:`_most_likely`): where the calibrated
@@ -304,7 +305,6 @@ class _Gp:
         from scipy.linalg import cho_solve
 
         self.enc, self.at, self.kernel = enc, np.array(at, dtype=int), kernel
-        a0, a1, a2, a3, noise = kernel
         if not len(self.at):  # the prior alone
             self.prior, self.chol, self.alpha = prior, np.zeros((0, 0)), np.zeros(0)
             return
