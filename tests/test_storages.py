@@ -434,7 +434,10 @@ def test_two_optimize_processes_share_one_study(write_study, tmp_path, storage_u
         storage_url,
         n_trials=10,
         parallel_trials=2,
-        launcher={"durations": {"ok_s": 1.5, "oom_s": 0.5, "failed_s": 0.5, "time_scale": 1.0}},
+        # trials long enough that a driver whose start lags the other's (imports on a loaded
+        # machine: one driver ran all ten 1.5 s trials before the other's first in a slow-suite
+        # run) still finds work: one driver alone needs about 25 s
+        launcher={"durations": {"ok_s": 5.0, "oom_s": 0.5, "failed_s": 0.5, "time_scale": 1.0}},
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "explorer", "optimize", str(path)]
