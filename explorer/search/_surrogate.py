@@ -273,18 +273,17 @@ def _fit_with_fabric(
     return np.exp(x[:n]), float(math.exp(x[n]))
 
 
-def _most_likely(k: np.ndarray, resid: np.ndarray, kernel: tuple, amplitudes: Sequence[float]) -> tuple:
-    """``kernel`` with its four weights times the one of ``amplitudes`` under which the residuals
-    are likeliest (the noise kept): type-II maximum likelihood of the residuals' scale."""
+def _most_likely(k: np.ndarray, resid: np.ndarray, noise: float, amplitudes: Sequence[float]) -> float:
+    """The one of ``amplitudes`` that, times the noiseless kernel matrix ``k`` (the noise kept),
+    makes the residuals likeliest: type-II maximum likelihood of the residuals' scale."""
     import numpy as np
 
     def log_likelihood(c: float) -> float:
-        chol = np.linalg.cholesky(c * k + kernel[4] * np.eye(len(k)))
+        chol = np.linalg.cholesky(c * k + noise * np.eye(len(k)))
         z = np.linalg.solve(chol, resid)
         return float(-0.5 * z @ z - np.log(np.diag(chol)).sum())
 
-    best = max(amplitudes, key=log_likelihood)
-    return (*(w * best for w in kernel[:4]), kernel[4])
+    return max(amplitudes, key=log_likelihood)
 
 
 class _Gp:
@@ -312,10 +311,12 @@ class _Gp:
         resid = np.array(y) - prior[self.at]
         self.prior = prior + (float(resid.mean()) if centred else 0.0)
         resid = np.array(y) - self.prior[self.at]
+        k = self._k(self.at)  # linear in the four weights: an amplitude scales it
         if amplitudes:
-            self.kernel = kernel = _most_likely(self._k(self.at), resid, kernel, amplitudes)
-        k = self._k(self.at) + kernel[4] * np.eye(len(self.at))
-        self.chol = np.linalg.cholesky(k)
+            c = _most_likely(k, resid, kernel[4], amplitudes)
+            self.kernel = (*(w * c for w in kernel[:4]), kernel[4])
+            k = c * k
+        self.chol = np.linalg.cholesky(k + kernel[4] * np.eye(len(self.at)))
         self.alpha = cho_solve((self.chol, True), resid)
 
     def _k(self, rows: np.ndarray) -> np.ndarray:
