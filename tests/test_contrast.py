@@ -12,8 +12,8 @@ from pathlib import Path
 import optuna
 
 from explorer.record import TrialRecord
-from explorer.search import make_strategy
-from explorer.search._neighbours import CONTRAST, CONTRAST_AFTER
+from explorer.search import _neighbours, make_strategy
+from explorer.search._neighbours import CONTRAST, CONTRAST_AFTER, UNCHECKPOINTED_AFTER
 from explorer.spec import SamplerSpec
 from explorer.study import optimize
 from explorer.study_file import load_study
@@ -72,3 +72,58 @@ def test_a_replayed_study_proposes_the_contrast_once_after_compiled_trials_only(
             assert before and all(t.params.get("torch_compile") is True for t in before)
             assert trials[i].params.get("torch_compile") is False
     assert ran >= 1  # the table's compiled start makes at least one seed contrast
+
+
+GRANITE = ROOT / "benchmarks/search_studies/granite-3.1-2b.yaml"
+GRANITE_TABLE = ROOT / "benchmarks/results/tables/model-granite-3.1-2b.csv"
+
+
+def test_after_checkpointed_trials_only_the_next_proposal_is_without_checkpointing():
+    """Trials with activation checkpointing leave the activation multiplier unmeasured: once
+    UNCHECKPOINTED_AFTER feasible trials all had it, the joint models propose the best configuration
+    without it that is likely enough to fit; before that, or once one without it is feasible, they
+    propose as they always do."""
+    loaded = load_study(GRANITE, replay_table=GRANITE_TABLE, check_model=False)
+    local = make_strategy(loaded.space, loaded.spec, per_gpu_ranked=True).local  # type: ignore[attr-defined]
+    checkpointed = [c for c in local.valid() if c.gradient_checkpointing][:UNCHECKPOINTED_AFTER]
+    feasible = [(c, 1000.0 + i) for i, c in enumerate(checkpointed)]
+    answered = {c.key() for c, _ in feasible}
+
+    def proposal(feasible):
+        return local.modelled_proposal(feasible=feasible, answered=answered, ooms=[])
+
+    config, by = proposal(feasible)
+    assert by == "uncheckpointed" and not config.gradient_checkpointing
+    assert proposal(feasible[:-1])[1] == "model"  # too few yet
+    assert proposal([*feasible, (config, 900.0)])[1] == "model"  # one without it ran
+    # the rule's pick is the best by the acquisition among those likely enough to fit
+    import numpy as np
+
+    surrogate = _neighbours.Surrogate.fit(local.encoding(), feasible=feasible, ooms=[], fitted=[], peaks=[])
+    allowed = local._uncheckpointed(surrogate)
+    row = local.encoding().index[config]
+    assert allowed[row]
+    rows = np.flatnonzero(
+        allowed & ~np.isin(np.arange(len(allowed)), [local.encoding().index[c] for c in checkpointed])
+    )
+    assert surrogate.acquisition(np.array([row]))[0] >= surrogate.acquisition(rows).max() - 1e-12
+
+
+def test_a_replayed_study_runs_one_uncheckpointed_trial_after_checkpointed_ones():
+    """On the modelled granite table the frontier walk's first probe runs out of memory and the
+    next trials fit with checkpointing: the trial after UNCHECKPOINTED_AFTER of them is proposed by
+    the rule, runs without checkpointing, and the rule proposes nothing after it."""
+    loaded = load_study(GRANITE, replay_table=GRANITE_TABLE, check_model=False)
+    spec = loaded.spec.model_copy(update={"n_trials": 8, "sampler": SamplerSpec(seed=0)})
+    storage = optuna.storages.InMemoryStorage()
+    optimize(
+        dataclasses.replace(loaded, spec=spec), printer=lambda _: None, storage=storage, write_ahead=False
+    )
+    trials = optuna.load_study(study_name=spec.name, storage=storage).trials
+    records = [TrialRecord.of(t) for t in trials]
+    rule = [i for i, r in enumerate(records) if r.proposed_by == "uncheckpointed"]
+    assert len(rule) == 1, [r.proposed_by for r in records]
+    before = [t for t in trials[: rule[0]] if t.state == optuna.trial.TrialState.COMPLETE and t.values[0] > 0]
+    assert len(before) == UNCHECKPOINTED_AFTER
+    assert all(t.params.get("gradient_checkpointing") is True for t in before)
+    assert trials[rule[0]].params.get("gradient_checkpointing") is False

@@ -9,6 +9,7 @@ import csv
 import importlib
 import io
 import json
+import math
 import statistics
 import sys
 from functools import cache
@@ -156,3 +157,30 @@ def test_a_slow_network_between_nodes_is_learned_apart_from_the_links_inside_a_n
     scales, fabric = _fit_with_fabric(parts, multi, measured[:2])
     assert fabric == 1.0
     assert scales == pytest.approx(fit_time_scales(parts, measured[:2]))
+
+
+def _cell(median: float | None, p90: float | None = None) -> str:
+    def one(x: float | None) -> str:
+        return "never" if x is None or x == float("inf") else f"{x:g}"
+
+    return one(median) if p90 is None else f"{one(median)} ({one(p90)})"
+
+
+def test_the_docs_show_each_tables_recomputed_figures():
+    """docs/benchmarks.md's table of the evidence runs: each row's default median (p90) and best
+    after 20, and TPE's median and best after 20, as recomputed from the recorded sequences."""
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    for table, figures in _result().items():
+        cells = []
+        for variant in ("default", "optuna"):
+            again = summarize_runs(
+                runs_of(variant, figures["variants"][variant]["sequences"]), best=figures["best"]
+            )
+            ranked = sorted(math.inf if n is None else n for n in again["trials_to_98pct"])
+            p90 = ranked[math.ceil(0.9 * len(ranked)) - 1] if variant == "default" else None
+            cells += [
+                _cell(again["median_trials_to_98pct"], p90),
+                f"{again['mean_best_after_20_over_best']:.3f}",
+            ]
+        row = f"| {table.removeprefix('evidence-').removesuffix('.csv')} | " + " | ".join(cells) + " |"
+        assert row in text, row

@@ -41,6 +41,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from explorer.gpus import Gpu
 from explorer.knobs import Axis, Knob, knobs
@@ -56,6 +57,9 @@ from explorer.space._domain import Fixed, Ordered, Value
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
 from explorer.validity import invalid_reason
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SURROGATE", "LocalSearch"]
 
@@ -73,6 +77,12 @@ CONTRAST_AFTER = 6
 tests the switch around a configuration the search has settled near."""
 _CONTRASTED = [k for k in knobs() if k.kind == "bool" and k.efficiency]
 """The switches with a declared speed-up."""
+UNCHECKPOINTED_AFTER = 3
+"""Feasible trials, every one with activation checkpointing, after which the joint models' next
+proposal is the best configuration without it (:meth:`LocalSearch.modelled_proposal`)."""
+UNCHECKPOINTED_FIT = 0.2
+"""The least chance to fit, by the memory model, of that configuration: with none as likely, the
+study goes on as the models say."""
 
 
 @dataclass(kw_only=True)
@@ -143,8 +153,11 @@ class LocalSearch:
         ooms: list[tuple[int, TrialConfig]],
         salt: str,
         local: TrialConfig | None = None,
+        *,
+        only: np.ndarray | None = None,
     ) -> TrialConfig | None:
-        """The open configuration with the highest acquisition (not answered, not inferred OOM)."""
+        """The open configuration with the highest acquisition (not answered, not inferred OOM);
+        ``only``: among these rows (a mask over the encoding's configurations) alone, or none."""
         import random
 
         import numpy as np
@@ -152,6 +165,8 @@ class LocalSearch:
         enc = self.encoding()
         open_ = np.ones(len(enc.configs), dtype=bool)
         open_[[self._keys[k] for k in answered if k in self._keys]] = False
+        if only is not None:
+            open_ &= only
         rows = np.flatnonzero(open_)
         if not len(rows):
             return None
@@ -171,7 +186,7 @@ class LocalSearch:
             c = enc.configs[rows[i]]
             if inferred_oom(c, ooms) is None:
                 return c
-        return enc.configs[rows[order[0]]]
+        return enc.configs[rows[order[0]]] if only is None else None
 
     def propose(
         self,
@@ -241,7 +256,12 @@ class LocalSearch:
             modes=self.modes(),
         )
 
-    def modelled_next(
+    def modelled_next(self, **kwargs: Any) -> TrialConfig | None:
+        """The configuration of :meth:`modelled_proposal`, without what proposed it."""
+        proposal = self.modelled_proposal(**kwargs)
+        return proposal[0] if proposal is not None else None
+
+    def modelled_proposal(
         self,
         *,
         feasible: Iterable[tuple[TrialConfig, float]],
@@ -250,9 +270,14 @@ class LocalSearch:
         peaks: Iterable[tuple[TrialConfig, float]] = (),
         fitted: Iterable[TrialConfig] = (),
         salt: str = "0",
-    ) -> TrialConfig | None:
-        """The joint models' next configuration (:mod:`explorer.search._surrogate`): the open one
-        with the highest acquisition; every other trial within ``LOCAL_DISTANCE`` of the best.
+    ) -> tuple[TrialConfig, str] | None:
+        """The joint models' next configuration (:mod:`explorer.search._surrogate`) and what chose
+        it: the open one with the highest acquisition (``model``); every other trial within
+        ``LOCAL_DISTANCE`` of the best; once :data:`UNCHECKPOINTED_AFTER` feasible trials all had
+        activation checkpointing, the best without it that has at least
+        :data:`UNCHECKPOINTED_FIT` chance to fit (``uncheckpointed``). Trials with checkpointing
+        keep each layer's input only, so they leave the physics' activation multiplier, which
+        the configurations without it are priced by, nearly unmeasured; one trial measures it.
 
         Args:
             feasible: measured feasible configurations and their objective values.
@@ -271,8 +296,40 @@ class LocalSearch:
                 fitted=list(fitted),
                 peaks=list(peaks),
             )
+            if self._checkpointed_only(ranked) and (
+                c := self._modelled_pick(
+                    surrogate, answered, ooms, salt, only=self._uncheckpointed(surrogate)
+                )
+            ):
+                return c, "uncheckpointed"
             best = ranked[0][0] if ranked and ranked[0][0] in self.encoding().index else None
-            return self._modelled_pick(surrogate, answered, ooms, salt, best)
+            c = self._modelled_pick(surrogate, answered, ooms, salt, best)
+            return (c, "model") if c is not None else None
+
+    def _checkpointed_only(self, ranked: list[tuple[TrialConfig, float]]) -> bool:
+        """Whether enough trials are feasible and every one had activation checkpointing, in a
+        space that has both settings."""
+        domain = self.space.domains.get("gradient_checkpointing")
+        return (
+            domain is not None
+            and len(domain.values) > 1
+            and len(ranked) >= UNCHECKPOINTED_AFTER
+            and all(getattr(c, "gradient_checkpointing", False) for c, _ in ranked)
+        )
+
+    def _uncheckpointed(self, surrogate: Surrogate) -> np.ndarray | None:
+        """Which configurations are without checkpointing and likely enough to fit, or ``None``
+        with no memory model."""
+        import numpy as np
+        from scipy.special import ndtr
+
+        if surrogate.memory is None:
+            return None
+        enc = self.encoding()
+        off = np.array([not c.gradient_checkpointing for c in enc.configs])
+        mu, sd = surrogate.memory.predict(np.flatnonzero(off))
+        off[np.flatnonzero(off)] = ndtr(-mu / sd) >= UNCHECKPOINTED_FIT
+        return off
 
     def contrast(
         self,

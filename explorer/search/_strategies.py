@@ -152,7 +152,7 @@ class Default(Strategy):
             twin := self.local.contrast(feasible=feasible, answered=state.answered, ooms=state.ooms)
         ) is not None:
             return Proposal(twin, "contrast")
-        config = self.local.modelled_next(
+        proposal = self.local.modelled_proposal(
             feasible=feasible,
             answered=state.answered,
             ooms=state.ooms,
@@ -160,7 +160,7 @@ class Default(Strategy):
             fitted=[c for c, _, _ in state.feasible.values()],
             salt=self._seed(state),
         )
-        return Proposal(config, "model") if config is not None else None
+        return Proposal(*proposal) if proposal is not None else None
 
 
 @register
