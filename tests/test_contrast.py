@@ -27,6 +27,17 @@ def _loaded():
     return load_study(STUDY, replay_table=TABLE, check_model=False)
 
 
+def _replayed(loaded, *, seed: int, n_trials: int):
+    """A fresh in-memory study of the default search on the replayed table: its trials, records."""
+    spec = loaded.spec.model_copy(update={"n_trials": n_trials, "sampler": SamplerSpec(seed=seed)})
+    storage = optuna.storages.InMemoryStorage()
+    optimize(
+        dataclasses.replace(loaded, spec=spec), printer=lambda _: None, storage=storage, write_ahead=False
+    )
+    trials = optuna.load_study(study_name=spec.name, storage=storage).trials
+    return trials, [TrialRecord.of(t) for t in trials]
+
+
 def test_the_best_compiled_configuration_is_contrasted_with_its_uncompiled_twin():
     from explorer.knobs import knob
 
@@ -55,13 +66,7 @@ def test_a_replayed_study_proposes_the_contrast_once_after_compiled_trials_only(
     loaded = _loaded()
     ran = 0
     for seed in range(2):
-        spec = loaded.spec.model_copy(update={"n_trials": 16, "sampler": SamplerSpec(seed=seed)})
-        storage = optuna.storages.InMemoryStorage()
-        optimize(
-            dataclasses.replace(loaded, spec=spec), printer=lambda _: None, storage=storage, write_ahead=False
-        )
-        trials = optuna.load_study(study_name=spec.name, storage=storage).trials
-        records = [TrialRecord.of(t) for t in trials]
+        trials, records = _replayed(loaded, seed=seed, n_trials=16)
         contrasts = [i for i, r in enumerate(records) if r.proposed_by == "contrast"]
         assert len(contrasts) <= 1, [r.proposed_by for r in records]
         for i in contrasts:
@@ -114,13 +119,7 @@ def test_a_replayed_study_runs_one_uncheckpointed_trial_after_checkpointed_ones(
     next trials fit with checkpointing: the trial after UNCHECKPOINTED_AFTER of them is proposed by
     the rule, runs without checkpointing, and the rule proposes nothing after it."""
     loaded = load_study(GRANITE, replay_table=GRANITE_TABLE, check_model=False)
-    spec = loaded.spec.model_copy(update={"n_trials": 8, "sampler": SamplerSpec(seed=0)})
-    storage = optuna.storages.InMemoryStorage()
-    optimize(
-        dataclasses.replace(loaded, spec=spec), printer=lambda _: None, storage=storage, write_ahead=False
-    )
-    trials = optuna.load_study(study_name=spec.name, storage=storage).trials
-    records = [TrialRecord.of(t) for t in trials]
+    trials, records = _replayed(loaded, seed=0, n_trials=8)
     rule = [i for i, r in enumerate(records) if r.proposed_by == "uncheckpointed"]
     assert len(rule) == 1, [r.proposed_by for r in records]
     before = [t for t in trials[: rule[0]] if t.state == optuna.trial.TrialState.COMPLETE and t.values[0] > 0]
