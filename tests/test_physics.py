@@ -32,6 +32,20 @@ def _pick(valid, **want):
     return next(c for c in valid if all(getattr(c, k) == v for k, v in want.items()))
 
 
+def _fsdp_on_8(valid, **want):
+    """FSDP FULL_SHARD on 8 GPUs, padded to max_length, without checkpointing or offload."""
+    return _pick(
+        valid,
+        number_gpus=8,
+        distributed_backend="FSDP",
+        fsdp_sharding_strategy="FULL_SHARD",
+        gradient_checkpointing=False,
+        padding="max_length",
+        fsdp_cpu_offload=False,
+        **want,
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "gib"),
     [
@@ -156,16 +170,7 @@ def test_throughput_directions(job):
     """On long-tailed entries packing beats padding to max_length; offload, checkpointing and
     eager attention are slower."""
     physics, valid = job
-    base = _pick(
-        valid,
-        number_gpus=8,
-        distributed_backend="FSDP",
-        fsdp_sharding_strategy="FULL_SHARD",
-        gradient_checkpointing=False,
-        padding="max_length",
-        attn_implementation="flash_attention_2",
-        fsdp_cpu_offload=False,
-    )
+    base = _fsdp_on_8(valid, attn_implementation="flash_attention_2")
     tput = physics.log_throughput
     assert tput(base.replace(padding="packed")) > tput(base.replace(padding="longest")) > tput(base)
     for slower in (
@@ -293,3 +298,37 @@ def test_the_modelled_node_tables_peaks_against_the_physics(name, best_gib, medi
     assert len(ratios) == len(rows) == 190
     assert float(np.median(ratios)) == pytest.approx(median_ratio, abs=5e-4)
     assert differ == verdicts_differ
+
+
+def test_a_packed_batch_under_a_dense_kernel_is_priced_as_one_row(job):
+    """A packed batch is one row of every entry (DataCollatorWithFlattening); eager and sdpa
+    compute and mask that whole row's square (transformers' block-diagonal mask from the position
+    ids), flash attention each entry's own: against the same batch padded to full length, sdpa's
+    packed batch holds the row's boolean mask more and computes attention over the whole row;
+    flash's packed batch needs the memory its padded one does at full length."""
+    from explorer.flops import FlopModel
+
+    physics, valid = job
+    base = _fsdp_on_8(valid, attn_implementation="sdpa", per_device_batch_size=4)
+    row = base.per_device_batch_size * base.model_max_length
+    packed = base.replace(padding="packed")
+    acts = physics.memory_parts(packed)[1] - physics.memory_parts(base)[1]
+    assert acts == pytest.approx(row * row / 2**30 * physics.slack, rel=1e-9)
+    flash = base.replace(attn_implementation="flash_attention_2")
+    assert physics.memory_parts(flash.replace(padding="packed")) == pytest.approx(physics.memory_parts(flash))
+
+    def per_token(seq_len: int) -> float:
+        a = physics.arch
+        return FlopModel(
+            n_linear=a.linear,
+            n_trainable_linear=a.linear,
+            layers=a.layers,
+            hidden=a.hidden,
+            seq_len=seq_len,
+            lora=False,
+            checkpointing=0.0,
+        ).hardware_flops_per_token
+
+    compute = physics.time_parts(packed)[1] / physics.time_parts(base)[1]
+    assert compute == pytest.approx(per_token(row) / per_token(base.model_max_length), rel=1e-9)
+    assert physics.log_throughput(packed) < physics.log_throughput(flash.replace(padding="packed"))

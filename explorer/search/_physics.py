@@ -21,9 +21,10 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   share growing with its width), times the knobs' ``activation_share`` (torch.compile's 0.74,
   fitted), plus
   ``5 x heads x length`` per token with eager attention, which stores the score matrix; a
-  checkpointed layer keeps its input only (2 x hidden bytes a token); packed rows under eager or
-  sdpa carry a block-diagonal mask over the whole row (``length^2`` per row), which flash
-  attention's variable-length kernels do without;
+  checkpointed layer keeps its input only (2 x hidden bytes a token); a packed batch is one row
+  of every entry (``DataCollatorWithFlattening``), and under eager or sdpa transformers'
+  block-diagonal mask covers that whole row's square (``row^2`` bytes, sdpa's boolean; eager's
+  scores span the row too), which flash attention's variable-length kernels do without;
 * logits: ``tokens x vocab x LOGIT_BYTES`` (the fp32 upcast and its gradient; fitted), which
   Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
   Liger's SwiGLU saves three of a gated MLP's four intermediate-width tensors (its source);
@@ -43,7 +44,8 @@ worker certifies the worst case (:mod:`explorer.worker._worst_case`).
 Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step time``:
 
 * compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
-  (padding included), recomputation included, at the data sheet's peak times an efficiency
+  (padding included), recomputation included, attention over each entry's length (a packed
+  batch's whole row under eager or sdpa), at the data sheet's peak times an efficiency
   (:meth:`JobPhysics.efficiency`): ``MFU_REF``, lower on a GPU with more FLOPs per byte of memory
   bandwidth, for narrow models and for short steps; times the knobs' ``efficiency`` (torch.compile's
   1.16, from torchtitan's measured pair);
@@ -370,14 +372,15 @@ class JobPhysics:
         mlp = ACTIVATION_MLP * _product(_MLP_SHARE, c) if a.gated else ACTIVATION_MLP / 2  # two of four
         per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
         per_layer *= _product(_ACTIVATION_SHARE, c)
+        row = tokens if _dense_packed(c) else s  # a packed batch is one row, which dense kernels see whole
         if c.attn_implementation == "eager":
-            per_layer += tokens * a.heads * s * SCORE_BYTES
+            per_layer += tokens * a.heads * row * SCORE_BYTES
         fraction = float(c.checkpoint_fraction) if c.gradient_checkpointing else 0.0
         acts = (
             a.layers * ((1 - fraction) * per_layer + fraction * tokens * a.hidden * 2) + fraction * per_layer
         )
-        if c.padding == "packed" and c.attn_implementation in ("eager", "sdpa"):
-            acts += c.per_device_batch_size * s * s * 2.0
+        if _dense_packed(c):
+            acts += row * row * (1.0 if c.attn_implementation == "sdpa" else 2.0)
         logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
         # the gradients fill as the backward frees the activations and logits, and the foreach
         # step's temporaries come after it: only what they exceed those by adds to the peak
@@ -438,7 +441,7 @@ class JobPhysics:
             hidden=a.hidden,
             seq_len=c.model_max_length
             if c.padding == "max_length"
-            else int(computed / c.per_device_batch_size),
+            else int(computed if _dense_packed(c) else computed / c.per_device_batch_size),
             lora=self.lora,
             checkpointing=fraction,
         ).hardware_flops_per_token
@@ -465,6 +468,13 @@ class JobPhysics:
         """The log of the estimated dataset tokens a second per GPU."""
         data, compute, comm, offload, optimizer = self.time_parts(c)
         return math.log(data / (compute + exposed(comm, compute) + offload + optimizer))
+
+
+def _dense_packed(c: TrialConfig) -> bool:
+    """A packed batch (one row of every entry, transformers' ``DataCollatorWithFlattening``) under
+    a dense attention kernel: eager or sdpa compute and mask the whole row's square, the
+    block-diagonal mask that transformers' ``masking_utils`` builds from the position ids."""
+    return c.padding == "packed" and c.attn_implementation in ("eager", "sdpa")
 
 
 def _lengths(workload: WorkloadSpec) -> list[int]:
