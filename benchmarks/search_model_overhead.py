@@ -1,5 +1,5 @@
 """The default search's cost a proposal (issue 23): the joint models around the physics priors
-(LocalSearch.modelled_next) on the granite knob table with 20, 50 and 100 sampled trials answered,
+(LocalSearch.modelled_proposal) on the granite knob table with 20, 50 and 100 sampled trials answered,
 CPU time, min and median of five.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/search_model_overhead.py
@@ -41,7 +41,7 @@ for n in (20, 50, 100):
     times = []
     for _ in range(5):
         s = time.process_time()
-        ls.modelled_next(
+        ls.modelled_proposal(
             feasible=feas, answered=answered, ooms=ooms, peaks=peaks, fitted=[c for c, _ in feas]
         )
         times.append(time.process_time() - s)

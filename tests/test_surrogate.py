@@ -69,10 +69,12 @@ def test_an_oom_lowers_the_chance_to_fit_of_its_hungrier_neighbours(local):
 def test_the_proposal_is_open_and_not_inferred_oom(local):
     oom = _pick(local, number_gpus=1, batch_size=8, precision="mixed")
     fit = _pick(local, number_gpus=2, precision="pure_bf16", fsdp_sharding_strategy="FULL_SHARD")
-    chosen = local.modelled_next(
+    proposal = local.modelled_proposal(
         feasible=[(fit, 100.0)], answered={fit.key(), oom.key()}, ooms=[(0, oom)], peaks=[(fit, 30.0)]
     )
-    assert chosen is not None and chosen.key() not in {fit.key(), oom.key()}
+    assert proposal is not None
+    chosen = proposal[0]
+    assert chosen.key() not in {fit.key(), oom.key()}
     assert not memory_dominates(chosen, oom)
 
 
@@ -118,8 +120,8 @@ def test_the_joint_models_run_their_linear_algebra_on_one_blas_thread(local, mon
     monkeypatch.setattr(_neighbours.Surrogate, "fit", watched)
     before = blas_threads()
     first = local.valid()[0]
-    proposed = local.modelled_next(feasible=[(first, 100.0)], answered={first.key()}, ooms=[])
-    assert proposed is not None and proposed != first
+    proposed = local.modelled_proposal(feasible=[(first, 100.0)], answered={first.key()}, ooms=[])
+    assert proposed is not None and proposed[0] != first
     assert seen == [{1}]
     assert blas_threads() == before
 

@@ -41,7 +41,7 @@ import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from explorer.gpus import Gpu
 from explorer.knobs import Axis, Knob, knobs
@@ -255,11 +255,6 @@ class LocalSearch:
             seed=seed,
             modes=self.modes(),
         )
-
-    def modelled_next(self, **kwargs: Any) -> TrialConfig | None:
-        """The configuration of :meth:`modelled_proposal`, without what proposed it."""
-        proposal = self.modelled_proposal(**kwargs)
-        return proposal[0] if proposal is not None else None
 
     def modelled_proposal(
         self,
