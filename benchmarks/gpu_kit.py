@@ -8,17 +8,15 @@
 A session's device time is 15 minutes in all, the machine's start (1-2 minutes) included, at most
 10 minutes a command, and no machine starts with under 4 minutes left. So call 1 (at most 8
 minutes) holds the most telling evidence, in this order: ``doctor-node`` (``explorer doctor
---json`` on a 2-layer, one-configuration copy of the throughput study: the node's measured figures
-within a minute), ``doctor`` (the same on the study itself: the node's facts and figures, one smoke
-run per knob value; its figures are written only when it ends), ``pytest-knobs``
-(``pytest -m gpu tests/test_gpu_knobs.py``), ``study-short`` (``explorer optimize`` on short
-entries), ``measure`` (``explorer measure`` of the default configuration and of the best) and
-``estimate`` (``explorer estimate``'s prediction of both, physics alone and calibrated to the
-study's trials, against what was measured). Call 2, on the same warm machine at once, runs the
-rest: ``env`` (nvidia-smi), ``pytest-gpu`` (the other GPU tests), ``study-long`` (entries that
-fill model_max_length) and ``trl`` (SFTTrainer, padded and packed). Each call starts with
-``carries`` (the ``.gpu`` carries of ``scripts/gpu_pack.sh`` unpacked once a machine) and ends
-with ``summary``.
+--node-only --json``: the node's measured figures, recorded on the study), ``study-short``
+(``explorer optimize`` on short entries), ``measure`` (``explorer measure`` of the default
+configuration and of the best), ``estimate`` (``explorer estimate``'s prediction of both, physics
+alone and calibrated to the study's trials, against what was measured) and ``pytest-knobs``
+(``pytest -m gpu tests/test_gpu_knobs.py``). Call 2, on the same warm machine at once, runs the
+rest: ``sdpa-shapes`` (``benchmarks/sdpa_shapes.py``: what a new row length costs sdpa), ``env``
+(nvidia-smi), ``doctor`` (a smoke run per knob value), ``trl`` (SFTTrainer, padded and packed)
+and ``pytest-gpu`` (the other GPU tests). Each call starts with ``carries`` (the ``.gpu`` carries
+of ``scripts/gpu_pack.sh`` unpacked once a machine) and ends with ``summary``.
 
 Each step's planned minutes are its hard time limit on the GPU (SIGINT, then SIGKILL), so a slow
 step cannot eat the next ones; a step that would not end within the call's minutes waits for the
@@ -71,20 +69,25 @@ class Step:
 
 PLAN = (
     Step("carries", 1, 0.25, 120, "unpack the .gpu carries into /tmp/site (once a machine)"),
-    Step("doctor-node", 1, 1.0, 300, "explorer doctor --json on a 2-layer copy: the node's figures first"),
-    Step("doctor", 1, 1.25, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
-    Step("pytest-knobs", 1, 1.9, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
-    Step("study-short", 1, 1.5, 600, "explorer optimize, entries of 100-800 tokens (resumes)"),
-    Step("measure", 1, 1.25, 600, "explorer measure: the default configuration, the best"),
-    Step("estimate", 1, 0.5, 300, "explorer estimate of both against what was measured"),
+    Step("doctor-node", 1, 0.75, 300, "explorer doctor --node-only --json: the node's figures, no smoke run"),
+    Step("study-short", 1, 2.0, 600, "explorer optimize, entries of 100-800 tokens (resumes)"),
+    Step("measure", 1, 1.75, 600, "explorer measure: the default configuration, the best"),
+    Step("estimate", 1, 0.25, 300, "explorer estimate of both against what was measured"),
+    Step("pytest-knobs", 1, 2.65, 120, "pytest -m gpu tests/test_gpu_knobs.py"),
     Step("summary", 1, 0.1, 60, "summary.json, summary.md"),
     Step("carries", 2, 0.25, 120, "the same (nothing to do on the warm machine)"),
+    Step("sdpa-shapes", 2, 0.5, 120, "benchmarks/sdpa_shapes.py: sdpa's price for a new row length"),
     Step("env", 2, 0.25, 120, "nvidia-smi and the probe's facts"),
-    Step("pytest-gpu", 2, 1.0, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
-    Step("study-long", 2, 1.0, 600, "explorer optimize, entries filling model_max_length"),
+    Step("doctor", 2, 1.0, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
     Step("trl", 2, 1.25, 600, "explorer measure under TRL's SFTTrainer, max_length and packed"),
+    Step("pytest-gpu", 2, 0.5, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
     Step("summary", 2, 0.1, 60, "summary.json, summary.md"),
 )
+"""Each step's minutes as measured on an H200 (the kit's run of 2026-11-28): the machine's start
+and carries 5 s; the first granite-3.1-2b trial 31 s (cold), an OOM trial 11 s; ``measure`` of the
+default and the best 99 s; ``estimate`` 3 s; two knob tests 94 s; ``env`` 9 s; the doctor's first
+smoke run (13 values) 25 s. Not all of it fits one session: call 2's steps go on where a later
+session resumes the run."""
 CALLS = sorted({s.call for s in PLAN})
 ALWAYS = ("carries", "summary")
 """Steps that run in every call (each is cheap, and does nothing that is done already)."""
@@ -313,32 +316,11 @@ class Kit:
         return bool(status) and not status.startswith(PENDING)
 
     def study(self, entries: str) -> Path:
-        """The throughput study with its storage and run folder here: ``short`` or ``long``
-        entries, or ``node``: two layers of its model and one configuration (each knob at its
-        first value, the smallest batch), for the doctor's measurement of the node with a single
-        short smoke run."""
+        """The throughput study (``entries``: ``short``, its 100-800-token entries) with its
+        storage and run folder here."""
         data = yaml.safe_load(STUDY[self.device].read_text())
         if self.device == "cuda":
             _on_this_gpu(data)
-        if entries == "node":
-            data["name"] += "-node"
-            arch = data["workload"]["model"]["architecture"]
-            arch["num_hidden_layers"] = min(2, int(arch["num_hidden_layers"]))
-            data["search_space"] = {
-                "description": "the doctor's node measurement: one short smoke run",
-                "parameters": {k: _first(v) for k, v in data["search_space"]["parameters"].items()},
-            }
-        if entries == "long":
-            length = data["workload"]["model_max_length"]
-            data["name"] += "-long"
-            data["workload"]["dataset"] = {
-                "kind": "synthetic",
-                "entries": 4096,
-                "min_tokens": length,
-                "max_tokens": 2 * length,
-                "seed": 0,
-            }
-            data["n_trials"] = min(int(data["n_trials"]), 12)
         data["storage"] = f"sqlite:///{self.out / 'kit.db'}"
         data["output_dir"] = str(self.work / f"runs-{entries}")  # one run folder per storage
         path = self.work / f"{data['name']}.yaml"
@@ -373,16 +355,6 @@ def _on_this_gpu(data: dict[str, Any]) -> None:
             dropped = sorted(set(domain["choices"]) - set(kept), key=str)
             data["search_space"]["description"] += f" Without {name} {dropped}: its package is not here."
             domain["choices"] = kept
-
-
-def _first(domain: Any) -> Any:
-    """A search-space parameter reduced to one value: the smallest of ``values``, the first of
-    ``choices``; a fixed value as it is."""
-    if isinstance(domain, dict) and "values" in domain:
-        return {"values": [min(domain["values"])]}
-    if isinstance(domain, dict) and "choices" in domain:
-        return {"choices": domain["choices"][:1]}
-    return domain
 
 
 def step_carries(kit: Kit, clock: Clock) -> str:
@@ -446,49 +418,38 @@ def _pytest(kit: Kit, clock: Clock, files: tuple[str, ...], log: str) -> str:
     return f"done, failures (exit {rc})" if rc else _ended(rc)
 
 
-COPY_DOCTOR = (
-    "import json, sys\n"
-    "from explorer.record import write_study\n"
-    "from explorer.study_file import load_study\n"
-    "from explorer.study import open_existing_study, open_study\n"
-    "from explorer.validity import DOCTOR_ATTR\n"
-    "found = open_existing_study(load_study(sys.argv[1], check_model=False)).user_attrs.get(DOCTOR_ATTR)\n"
-    "target = open_study(load_study(sys.argv[2], check_model=False), create=True)\n"
-    "write = bool(found) and not (sys.argv[3] == 'unless-recorded' and target.user_attrs.get(DOCTOR_ATTR))\n"
-    "if write: write_study(target, DOCTOR_ATTR, found)\n"
-    "print(json.dumps(write))\n"
-)
-"""The doctor's record on one study (its findings and the node's measured figures) written on
-another of the same node: ``always``, or ``unless-recorded`` (the other has none yet); prints
-whether it wrote."""
+def step_sdpa_shapes(kit: Kit, clock: Clock) -> str:
+    """``benchmarks/sdpa_shapes.py``: whether each new row length (a packed batch's every step)
+    costs sdpa a fixed host-side price on this GPU, per backend (``sdpa-shapes.json``)."""
+    script = REPO / "benchmarks" / "sdpa_shapes.py"
+    out = kit.out / "sdpa-shapes.json"
+    rc = run_logged(
+        [sys.executable, str(script), "--json", str(out)], kit.out / "sdpa-shapes.log", clock.left()
+    )
+    return _ended(rc)
 
 
 def step_doctor_node(kit: Kit, clock: Clock) -> str:
-    """``explorer doctor --json`` on the 2-layer, one-configuration copy of the study: the node's
-    measured figures within a minute (the whole doctor writes them only when it ends, and may be
-    cut), into ``doctor-node.json``, and recorded on the short study unless the doctor recorded
-    there already (``estimate`` prices with them)."""
-    study = kit.study("node")
-    found = kit.work / "runs-node" / "doctor" / "doctor.json"
+    """``explorer doctor --node-only --json`` on the short study: the node's measured figures
+    alone, no smoke run (on the H200 the 2-layer smoke run of an earlier kit did not end within
+    its minute), into ``doctor-node.json``, and recorded on the study (``estimate`` prices with
+    them; the full doctor later keeps them or measures them again)."""
+    study = kit.study("short")
+    found = kit.work / "runs-short" / "doctor" / "doctor.json"
     found.unlink(missing_ok=True)  # an earlier run's, not this one's
-    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor-node.log", clock.left())
+    cmd = _explorer("doctor", str(study), "--node-only", "--json")
+    rc = run_logged(cmd, kit.out / "doctor-node.log", clock.left())
     if not found.is_file():
         return _ended(rc)
     (kit.out / "doctor-node.json").write_text(found.read_text())
-    args = [str(study), str(kit.study("short")), "unless-recorded"]
-    wrote = _child_json(COPY_DOCTOR, args, kit.out / "doctor-node.log", clock)
     measured = json.loads(found.read_text()).get("measured")
     said = "measured" if measured and not measured.get("error") else f"not measured: {measured}"
-    where = {True: "yes", False: "no, the doctor's record there kept", None: "failed (doctor-node.log)"}
-    return f"done (node {said}; recorded on the short study: {where[wrote]})"
+    return f"done (node {said}; recorded on the short study)" if rc == 0 else _ended(rc)
 
 
 def _study_step(kit: Kit, clock: Clock, entries: str) -> tuple[str, dict[str, Any]]:
     study = kit.study(entries)
     log = kit.out / f"study-{entries}.log"
-    if entries == "long":
-        copy = [sys.executable, "-c", COPY_DOCTOR, str(kit.study("short")), str(study), "always"]
-        run_logged(copy, log, min(60, clock.left() / 4))
     rc = run_logged(_explorer("optimize", str(study)), log, max(clock.left() - 10, 1))
     best = _best(kit, study, clock)
     if best is not None:
@@ -656,6 +617,12 @@ def step_trl(kit: Kit, clock: Clock) -> str:
 # ---------------------------------------------------------------- the summary
 
 
+def _outcome(path: Path) -> str | None:
+    """The outcome of the first line of a ``measure --json`` file (``oom``, ...); ``None``: none."""
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return json.loads(lines[0]).get("outcome") if lines else None
+
+
 def _measured(path: Path) -> dict[str, Any] | None:
     """MFU and dataset tokens/s of the first measured line of a ``measure --json`` file."""
     for line in path.read_text().splitlines() if path.is_file() else []:
@@ -707,10 +674,11 @@ def summarize(out: Path) -> dict[str, Any]:
     default, best = _measured(out / "measure-default.jsonl"), _measured(out / "measure-best.jsonl")
     studies = {
         e: yaml.safe_load((out / f"best-{e}.yaml").read_text())
-        for e in ("short", "long")
+        for e in ("short",)
         if (out / f"best-{e}.yaml").is_file()
     }
     summary: dict[str, Any] = {"node": _node(out), "doctor": _doctor(out), "default": default, "best": best}
+    summary["outcomes"] = {name: _outcome(out / f"measure-{name}.jsonl") for name in ("default", "best")}
     summary["studies"] = studies
     if (out / "estimate.json").is_file():
         summary["estimate"] = json.loads((out / "estimate.json").read_text())
@@ -778,8 +746,9 @@ def summary_lines(kit: Kit, summary: dict[str, Any]) -> list[str]:
         lines += [f"  failed: {f}" for f in doctor["failed"]]
     for name in ("default", "best"):
         m = summary[name]
+        outcome = summary.get("outcomes", {}).get(name)
         got = (
-            "not measured"
+            "not measured" + (f" ({outcome})" if outcome else "")
             if m is None
             else f"MFU {m['mfu']:.3f}, {m['dataset_tokens_per_second']:.0f} dataset tokens/s"
         )
@@ -815,7 +784,7 @@ RUNNERS: dict[str, Any] = {
     "pytest-knobs": lambda kit, clock: _pytest(kit, clock, KNOB_TESTS, "pytest-knobs.log"),
     "pytest-gpu": lambda kit, clock: _pytest(kit, clock, OTHER_GPU_TESTS, "pytest-gpu.log"),
     "study-short": lambda kit, clock: _study_step(kit, clock, "short"),
-    "study-long": lambda kit, clock: _study_step(kit, clock, "long"),
+    "sdpa-shapes": step_sdpa_shapes,
     "measure": step_measure,
     "estimate": step_estimate,
     "trl": step_trl,

@@ -392,6 +392,12 @@ def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         action="store_true",
         help="do not record the findings with the study (write nothing there)",
     )
+    doc.add_argument(
+        "--node-only",
+        action="store_true",
+        help="probe and measure the node only, no smoke runs (seconds, not minutes); the figures "
+        "are recorded with the study, the values an earlier doctor found are kept",
+    )
 
 
 _CANNOT_WRITE = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EFBIG})
@@ -502,14 +508,18 @@ def _doctor(args: argparse.Namespace) -> int:
     if nothing_runs is not None:
         raise SpecError(file=args.study, field="launcher.kind", problem=nothing_runs)
     report = run_doctor(
-        loaded, on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True)
+        loaded,
+        on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True),
+        smoke_runs=not args.node_only,
     )
     print(report.to_json() if args.json else render_table(report))
     if not args.no_record:
-        recorded = record_findings(loaded, report)
-        n = sum(len(v) for v in recorded["invalid"][report.gpu_model].values())
+        recorded = record_findings(loaded, report, node_only=args.node_only)
+        n = sum(len(v) for v in recorded["invalid"].get(report.gpu_model, {}).values())
+        what = "the node's figures; " if args.node_only else ""
         print(
-            f"recorded with study {loaded.spec.name!r}: optimize records {n} values invalid on {report.gpu_model}",
+            f"recorded with study {loaded.spec.name!r}: {what}optimize records {n} values invalid "
+            f"on {report.gpu_model}",
             file=sys.stderr,
         )
     return 1 if any(r.status == FAILED for r in report.rows) else 0

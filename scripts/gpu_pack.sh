@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Packs what a lent GPU machine lacks into three carries of the device tool that travel together in
-# each call of the kit (docs/gpu.md), all three with the tracked working tree (about 19 MB) under
+# each call of the kit (docs/gpu.md), all three with the tracked working tree (about 22 MB) under
 # the 64 MiB that one call may send:
 #
-#   .gpu/site/site.tar.xz       Ray, Optuna, threadpoolctl and what they need (the machine has torch, transformers,
+#   .gpu/site/site.tar.xz       Ray core, Optuna, threadpoolctl and what they need (the machine has torch, transformers,
 #                               accelerate, peft, nvidia-ml-py, triton, rich, psutil); Ray's Java
-#                               jars and dashboard source maps dropped
+#                               jars, dashboard source maps and libraries (data, serve, train, tune,
+#                               rllib, llm) dropped
 #   .gpu/kernels/kernels.tar.xz liger-kernel and bitsandbytes (its CUDA 13 and CPU libraries only:
 #                               the machine's torch is built for CUDA 13.0)
 #   .gpu/trl/trl.tar.xz         TRL and datasets (dill, multiprocess) for the kit's trl step
@@ -33,6 +34,9 @@ pack() {  # pack NAME PACKAGES...: download the wheels, unzip them, prune, tar.x
   mkdir -p "$tmp/site"
   for wheel in "$tmp"/whl/*.whl; do unzip -q -o "$wheel" -d "$tmp/site"; done
   rm -rf "$tmp/site/ray/jars"
+  # Ray's libraries that explorer never imports (it runs Ray core's actors and placement groups)
+  rm -rf "$tmp/site/ray/data" "$tmp/site/ray/serve" "$tmp/site/ray/train" "$tmp/site/ray/tune" \
+    "$tmp/site/ray/rllib" "$tmp/site/ray/llm"
   find "$tmp/site" -name '*.map' -path '*dashboard*' -delete
   find "$tmp/site/bitsandbytes" -name 'libbitsandbytes_*.so' ! -name 'libbitsandbytes_cuda13*' \
     ! -name 'libbitsandbytes_cpu*' -delete 2>/dev/null || true
@@ -44,7 +48,10 @@ pack() {  # pack NAME PACKAGES...: download the wheels, unzip them, prune, tar.x
 pack site $SITE_PACKAGES
 pack kernels $KERNEL_PACKAGES
 pack trl $TRL_PACKAGES
+# the device tool counts more than the files' bytes (a call with 66.8 MB of files was refused):
+# 1 KiB a file for a tar-like header and padding, counted here
 tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+tree=$((tree + 1024 * $(git ls-files | wc -l)))
 $python - "$tree" "$LIMIT" "$SITE_PACKAGES" "$KERNEL_PACKAGES" "$TRL_PACKAGES" <<'PY'
 import json, os, sys
 tree, limit = int(sys.argv[1]), int(sys.argv[2])

@@ -19,9 +19,11 @@ import yaml
 
 from explorer.doctor import (
     CPU_PROCESSES,
+    FAILED,
     ONE_NODE,
     DoctorReport,
     Node,
+    Row,
     allgather_busbw,
     allreduce_busbw,
     measure_between_nodes,
@@ -429,3 +431,35 @@ def test_a_measured_fabric_prices_the_collectives_that_cross_nodes(cpu_node, tmp
         )
     for c in within:
         assert after.time_parts(c) == pytest.approx(before.time_parts(c))
+
+
+def test_node_only_measures_and_records_the_node_and_keeps_the_earlier_findings(cpu_node, tmp_path):
+    """``explorer doctor --node-only``: the node measured for real (2 gloo processes), no smoke
+    run, the figures recorded; the values an earlier doctor found invalid stay recorded."""
+    from explorer.record import StudyRecord
+    from explorer.study import load_readonly
+    from tests.builders import run_cli
+
+    loaded = _loaded(tmp_path)
+    earlier = _report(cpu_node)
+    earlier.rows.append(
+        Row(knob="batch_size", value=8, status=FAILED, detail="rank 0: boom", blocks=True, config="k")
+    )
+    record_findings(loaded, earlier)
+    before = StudyRecord.of(load_readonly(loaded)).doctor
+    assert before["invalid"]["CPU-logical"]
+    proc = run_cli("doctor", str(loaded.file), "--node-only", "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)
+    assert data["rows"] == [] and data["measured"]["backend"] == "gloo"
+    assert not (loaded.output_dir / "doctor" / "rows.jsonl").read_text()  # no smoke run
+    after = StudyRecord.of(load_readonly(loaded))
+    assert after.doctor["invalid"] == before["invalid"]
+    assert after.doctor["nodes"]["CPU-logical"]["counts"] == before["nodes"]["CPU-logical"]["counts"]
+    assert (
+        after.measured_node("CPU-logical") == data["measured"] != before["nodes"]["CPU-logical"]["measured"]
+    )
+    assert (
+        "recorded with study 'quickstart': the node's figures; optimize records 1 values invalid"
+        in proc.stderr
+    )

@@ -25,13 +25,16 @@ PACK = REPO / "scripts" / "gpu_pack.sh"
 KIT = REPO / "benchmarks" / "gpu_kit.py"
 DOC = REPO / "docs" / "gpu.md"
 LIMIT = 64 * 2**20
-CALL_1 = ["carries", "doctor-node", "doctor", "pytest-knobs", "study-short", "measure", "estimate", "summary"]
+CALL_1 = ["carries", "doctor-node", "study-short", "measure", "estimate", "pytest-knobs", "summary"]
 
 
 def _tree_bytes() -> int:
-    """The bytes of the tracked working tree (what travels with every device call)."""
+    """The bytes of the tracked working tree (what travels with every device call), with 1 KiB a
+    file for what the device tool counts beyond the files' bytes (as scripts/gpu_pack.sh counts:
+    the tool refused a call of 66.8 MB of files and carries, under 64 MiB by bytes alone)."""
     names = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
-    return sum((REPO / n).stat().st_size for n in names.decode().split("\0") if n and (REPO / n).is_file())
+    files = [REPO / n for n in names.decode().split("\0") if n and (REPO / n).is_file()]
+    return sum(f.stat().st_size + 1024 for f in files)
 
 
 def _pinned(variable: str) -> list[str]:
@@ -88,13 +91,14 @@ def _calls(text: str) -> dict[int, dict]:
 
 def test_the_plan_puts_the_most_telling_steps_in_a_first_call_of_8_minutes():
     """--plan prints each call's steps with their minutes and totals: call 1 is the doctor's node
-    measurement, the doctor, the knob tests, one short study, measure and estimate, in that order,
-    at most 8 minutes with its slack; call 2 holds the rest (trl among it); the start and both calls fit the 15 minutes."""
+    measurement, one short study, measure, estimate and the knob tests, in that order, at most 8
+    minutes with its slack; call 2 holds the rest (the sdpa benchmark, the doctor's smoke runs and
+    trl among it); the start and both calls fit the 15 minutes."""
     plan = _plan()
     assert plan.returncode == 0, plan.stderr
     calls = _calls(plan.stdout)
     assert [s for s, _ in calls[1]["steps"]] == CALL_1
-    assert {"trl", "study-long", "pytest-gpu", "env"} <= {s for s, _ in calls[2]["steps"]}
+    assert {"sdpa-shapes", "doctor", "trl", "pytest-gpu", "env"} <= {s for s, _ in calls[2]["steps"]}
     for call in calls.values():
         assert call["minutes"] == pytest.approx(sum(m for _, m in call["steps"]), abs=0.01)
         assert all(m > 0 for _, m in call["steps"])
@@ -122,11 +126,11 @@ def test_docs_give_the_plans_device_calls_and_minutes():
 def test_a_first_call_over_8_minutes_is_refused(tmp_path):
     """A limit that takes call 1 past 8 minutes: the plan is printed, then refused with one line
     and exit 2; the kit refuses to run it on the GPU, writing nothing."""
-    plan = _plan("--limit", "doctor=105")
+    plan = _plan("--limit", "measure=135")
     assert plan.returncode == 2
     assert plan.stderr.strip().count("\n") == 0 and "call 1 takes 8.50 min" in plan.stderr
     run = subprocess.run(
-        [sys.executable, str(KIT), "--device", "cuda", "--call", "1", "--limit", "doctor=105"]
+        [sys.executable, str(KIT), "--device", "cuda", "--call", "1", "--limit", "measure=135"]
         + ["--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")],
         cwd=REPO,
         capture_output=True,
@@ -219,22 +223,15 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     state = _steps(tmp_path)
     assert state["study-short"]["status"].startswith("timed out"), state
-    assert state["doctor-node"]["status"] == "done (node measured; recorded on the short study: yes)", state
-    assert state["doctor"]["status"].startswith("done") and state["carries"]["status"].startswith(
-        ("done", "nothing")
-    )
+    assert state["doctor-node"]["status"] == "done (node measured; recorded on the short study)", state
+    assert state["carries"]["status"].startswith(("done", "nothing"))
     assert state["pytest-knobs"]["status"].startswith("collected only (no CUDA): 9 tests"), state
     assert state["measure"]["status"].startswith("waits") and state["estimate"]["status"].startswith("waits")
-    assert state["summary"]["status"] == "done" and "trl" not in state
-    doctor = json.loads((tmp_path / "out" / "doctor.json").read_text())
-    status = {(r["knob"], json.dumps(r["value"])): r["status"] for r in doctor["rows"]}
-    assert status[("padding", '"packed"')] == status[("precision", '"pure_bf16"')] == "ran"
-    assert status[("batch_size", "8")] == "not applicable"
-    assert {s for k, s in status.items() if k != ("batch_size", "8")} == {"ran"}
+    assert state["summary"]["status"] == "done" and "trl" not in state and "doctor" not in state
 
     again = _kit(tmp_path, "--call", "1")
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "gpu-kit: doctor: done before" in again.stdout  # not run again
+    assert "gpu-kit: doctor-node: done before" in again.stdout  # not run again
     state = _steps(tmp_path)
     assert state["study-short"]["status"] == "done" and state["measure"]["status"].startswith("done")
     assert state["estimate"]["status"] == "done", state
@@ -260,10 +257,18 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
     second = _kit(tmp_path, "--call", "2")
     assert second.returncode == 0, second.stderr[-3000:]
     state = _steps(tmp_path)
-    assert state["env"]["status"] == "done" and state["study-long"]["status"] == "done", state
+    assert state["env"]["status"] == "done" and state["sdpa-shapes"]["status"] == "done", state
     assert state["trl"]["status"] == "done (max_length: ok, packed: ok)", state
     assert state["pytest-gpu"]["status"].startswith("collected only (no CUDA)"), state
     assert "every step ran" in second.stdout
+    assert state["doctor"]["status"].startswith("done"), state
+    doctor = json.loads((tmp_path / "out" / "doctor.json").read_text())
+    status = {(r["knob"], json.dumps(r["value"])): r["status"] for r in doctor["rows"]}
+    assert status[("padding", '"packed"')] == status[("precision", '"pure_bf16"')] == "ran"
+    assert status[("batch_size", "8")] == "not applicable"
+    assert {s for k, s in status.items() if k != ("batch_size", "8")} == {"ran"}
+    shapes = json.loads((tmp_path / "out" / "sdpa-shapes.json").read_text())
+    assert shapes["device"] == "cpu" and shapes["backends"]["default"]["new_ms"] > 0
     with tarfile.open(tmp_path / "kit.tar.gz") as tar:
         names = set(tar.getnames())
     assert {
@@ -330,3 +335,35 @@ def test_the_h100_figures_in_the_docs_are_the_recorded_ones():
     )
     assert trl["packed"]["measured_dataset_tokens"] == trl["max_length"]["measured_dataset_tokens"]
     assert f"{steps['max_length']:.1f} ms a step padded and {steps['packed']:.1f} ms packed" in page
+
+
+def test_the_h200_figures_in_the_docs_are_the_recorded_ones():
+    """The README's and docs/gpu.md's H200 figures, recomputed from the kit's committed run."""
+    run = REPO / "benchmarks" / "results" / "gpu" / "2026-11-28"
+    best = json.loads((run / "measure-best.jsonl").read_text().splitlines()[0])["properties"]
+    physics = json.loads((run / "estimate.json").read_text())["best"]["physics"]
+    default = json.loads((run / "measure-default.jsonl").read_text().splitlines()[0])
+    readme = " ".join((REPO / "README.md").read_text().split())
+    page = " ".join((REPO / "docs" / "gpu.md").read_text().split())
+    shared = (
+        f"{best['dataset_tokens_per_second']:,.0f} dataset tokens/s",
+        f"MFU {best['mfu']:.3f}",
+        f"{best['peak_memory_allocated_gib']:.1f} GiB allocated",
+        f"{physics['dataset_tokens_per_second_per_gpu']:,.0f}",
+        f"{physics['peak_memory_gib']:.1f} GiB",
+    )
+    for text in (readme, page):
+        assert all(figure in text for figure in shared), shared
+    assert physics["fits"] is False and "OutOfMemoryError" in default["error"]
+    assert f"{best['train_tokens_per_second']:,.0f} train tokens/s" in page
+    assert f"{best['peak_memory_gib']:.1f} GiB reserved" in page
+    assert f"measured {physics['measured_over_predicted']:.2f}x" in page
+    log = (run / "pytest-knobs.log").read_text()
+    pure, mixed = (float(x) for x in re.search(r"assert ([\d.]+) < \(0\.8 \* ([\d.]+)\)", log).groups())
+    assert f"pure bf16 saving {mixed - pure:.2f} GiB ({pure / mixed:.2f}x the peak)" in readme
+    assert f"allocated {pure:.2f} GiB against mixed precision's {mixed:.2f} ({pure / mixed:.2f}x" in page
+    packed, padded = (float(x) for x in re.search(r"assert ([\d.]+) > \(1\.3 \* ([\d.]+)\)", log).groups())
+    assert (
+        f"packing ran at {packed:,.0f} dataset tokens/s against {padded:,.0f} padded ({packed / padded:.2f}x)"
+        in page
+    )

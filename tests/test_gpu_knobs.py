@@ -76,7 +76,12 @@ def test_pure_bf16_halves_the_model_states(make_job, tmp_path):
     m = _trial(make_job, tmp_path, "bf16", precision="pure_bf16")
     pure = _ok(m)
     assert m.extra["weights_dtype"] == "bfloat16"
-    assert pure.peak_memory_allocated_gib < 0.8 * mixed.peak_memory_allocated_gib
+    # Weights 4 -> 2 bytes a parameter and AdamW's two moments 8 -> 4 (the gradients, freed after
+    # each step, may not be live at the peak): at least 6 bytes a parameter saved, less a margin.
+    # Not a ratio of the peaks: this model's logits and activations outweigh its states (on an
+    # H200, 5.18 GiB against 6.30, 0.82x, a saving of 1.11 GiB for 86M parameters).
+    saved = mixed.peak_memory_allocated_gib - pure.peak_memory_allocated_gib
+    assert saved > 0.75 * 6 * m.extra["trainable_parameters"] / 2**30
 
 
 def test_packing_raises_dataset_tokens_per_second(make_job, tmp_path):

@@ -18,21 +18,26 @@ if TYPE_CHECKING:
 __all__ = ["record_findings"]
 
 
-def record_findings(loaded: LoadedStudy, report: DoctorReport) -> dict[str, Any]:
+def record_findings(loaded: LoadedStudy, report: DoctorReport, *, node_only: bool = False) -> dict[str, Any]:
     """Store ``report``'s invalid values for its node type on the study (made if missing), beside
-    those of other node types; returns the attribute as stored."""
+    those of other node types; returns the attribute as stored. ``node_only``: a report without
+    smoke runs, whose measured figures are stored and which leaves the values an earlier doctor
+    found (and its counts) as they were."""
     from explorer.study import open_study
 
     study = open_study(loaded, create=True)
     recorded: dict[str, Any] = dict(StudyRecord.of(study).doctor or {})
     invalid = dict(recorded.get("invalid") or {})
     nodes = dict(recorded.get("nodes") or {})
-    invalid[report.gpu_model] = report.invalid()
+    earlier = dict(nodes.get(report.gpu_model) or {}) if node_only else {}
+    if not node_only:
+        invalid[report.gpu_model] = report.invalid()
     nodes[report.gpu_model] = {
+        **earlier,
         "host": report.node.get("host"),
         "device": report.device,
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "counts": report.counts(),
+        "counts": earlier.get("counts", report.counts()),
     }
     if report.measured and not report.measured.get("error"):
         nodes[report.gpu_model]["measured"] = report.measured  # what `explorer estimate` prices with

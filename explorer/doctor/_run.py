@@ -98,9 +98,10 @@ def run_doctor(
     facts: dict[str, Any] | None = None,
     measured: dict[str, Any] | None = None,
     on_row: Callable[[Row], None] | None = None,
+    smoke_runs: bool = True,
 ) -> DoctorReport:
     """Probe this node (unless ``facts`` are given), measure it (:func:`measure_here`, unless
-    ``measured`` is given), then smoke-run every applicable value (each
+    ``measured`` is given), then (unless not ``smoke_runs``: the node alone) smoke-run every applicable value (each
     row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
     ``doctor.json`` at the end): the
     values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
@@ -113,7 +114,7 @@ def run_doctor(
     facts = facts or probe_in_child(env)
     node = node_of(loaded, facts)
     measured = measured or measure_here(node, env, getattr(spec.launcher, "address", None))
-    cases = plan_cases(loaded.space, spec.resources, node)
+    cases = plan_cases(loaded.space, spec.resources, node) if smoke_runs else []
     smoke = _Smoke(loaded)
     found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
     folder = loaded.output_dir / "doctor"
