@@ -367,3 +367,28 @@ def test_the_h200_figures_in_the_docs_are_the_recorded_ones():
         f"packing ran at {packed:,.0f} dataset tokens/s against {padded:,.0f} padded ({packed / padded:.2f}x)"
         in page
     )
+
+
+def test_the_knob_tests_go_on_where_an_earlier_call_stopped(tmp_path):
+    """``pytest-knobs`` on the GPU runs only the tests whose outcome no earlier call logged (the
+    log holds every call's output): with eight of the nine logged, the ninth alone runs (here,
+    without CUDA, it fails at the suite's CUDA check), and the status counts all nine."""
+    kit_module = _module()
+    kit = kit_module.Kit(device="cuda", out=tmp_path / "out", work=tmp_path / "work", bundle=None)
+    names = subprocess.run(
+        [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "tests/test_gpu_knobs.py"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    tests = [n for n in names if n.startswith("tests/test_gpu_knobs.py::")]
+    assert len(tests) == 9
+    log = tmp_path / "out" / "pytest-knobs.log"
+    log.write_text(
+        "".join(f"{t} PASSED [ 11%]\n" for t in tests[:8]) + "gpu-kit: cut at its limit of 159 s\n"
+    )
+    status = kit_module._pytest(kit, kit_module.Clock(300), kit_module.KNOB_TESTS, "pytest-knobs.log")
+    outcomes = kit_module._pytest_outcomes(log)
+    assert outcomes[tests[8]] in ("FAILED", "ERROR") and len(outcomes) == 9
+    assert log.read_text().count(f"{tests[0]} PASSED") == 1  # not run again
+    assert status.startswith("done, failures (exit 1; ") and "8 passed" in status, status
