@@ -101,6 +101,7 @@ GPUS = {
     "H100 80GB SXM (HBM3)": ("NVIDIA-H100-80GB-HBM3", None),
     "H100 80GB": ("NVIDIA-H100-80GB-HBM3", None),
     "GB200 (186 GB)": ("NVIDIA-GB200", None),
+    "H200 SXM 141GB": ("NVIDIA-H200", None),
     # Grand Teton's H100: 96 GB HBM2e (six 16 GiB stacks), CUDA total not published: 95 GiB taken
     "H100 96GB HBM2e SXM at 500 W (Grand Teton)": ("NVIDIA-H100-80GB-HBM3", {"memory_gib": 95.0}),
 }
@@ -209,7 +210,7 @@ def _precision(row: dict[str, str]) -> str:
 
 def _optim(row: dict[str, str]) -> str:
     src = row["source"]
-    if src.startswith(("torchtitan", "llm-foundry")):
+    if src.startswith(("torchtitan", "llm-foundry")) or "adamw_torch_fused" in row["optimizer"]:
         return "adamw_torch_fused"  # torchtitan's default implementation "fused"; Composer's loop
     return "adamw_torch"
 
@@ -327,7 +328,9 @@ def point(row: dict[str, str]) -> Point:
         allocated_gib=allocated,
         logit_bytes=BF16_LOSS_LOGIT_BYTES if "on bf16 logits" in row["notes"] else None,
         fits=fits,
-        source="project H100 runs" if row["source"].startswith("project") else row["source"].split(":")[0],
+        source=" ".join(row["source"].split()[:2]) + " runs"
+        if row["source"].startswith("project")
+        else row["source"].split(":")[0],
     )
 
 
