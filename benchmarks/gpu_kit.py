@@ -393,14 +393,20 @@ def step_env(kit: Kit, clock: Clock) -> str:
 
 
 def step_doctor(kit: Kit, clock: Clock) -> str:
-    """``explorer doctor --json`` on the short study: it measures the node, then smoke-runs each
-    knob value; its findings and measured figures are recorded on the study (``optimize`` never
-    launches a value the node cannot run, ``estimate`` prices with the figures). Every file it
-    left in its folder is copied here (cut short: ``rows.jsonl``, the rows it found)."""
+    """``explorer doctor --resume --json`` on the short study: it smoke-runs each knob value that
+    no earlier call found (its rows, ``doctor-rows.jsonl``, go on from call to call and from
+    session to session), with the node's figures ``doctor-node`` recorded; its findings are
+    recorded on the study (``optimize`` never launches a value the node cannot run). Every file
+    it left in its folder is copied here (cut short: ``rows.jsonl``, the rows it found)."""
     study = kit.study("short")
     folder = kit.work / "runs-short" / "doctor"
     (folder / "doctor.json").unlink(missing_ok=True)  # an earlier run's, not this one's
-    rc = run_logged(_explorer("doctor", str(study), "--json"), kit.out / "doctor.log", clock.left())
+    found = kit.out / "doctor-rows.jsonl"  # what an earlier call found (a fresh machine lacks it)
+    if found.is_file() and not (folder / "rows.jsonl").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "rows.jsonl").write_text(found.read_text())
+    cmd = _explorer("doctor", str(study), "--resume", "--json")
+    rc = run_logged(cmd, kit.out / "doctor.log", clock.left())
     for path in sorted(folder.glob("*.json*")):
         name = path.name if path.name == "doctor.json" else f"doctor-{path.name}"
         (kit.out / name).write_text(path.read_text())

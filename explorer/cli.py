@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.errors import SpecError
 from explorer.measurement import Measurement
@@ -393,6 +393,12 @@ def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="do not record the findings with the study (write nothing there)",
     )
     doc.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on where an earlier doctor of this study stopped: the values it found are kept "
+        "(its rows.jsonl in the run folder), and the node's figures recorded on the study are reused",
+    )
+    doc.add_argument(
         "--node-only",
         action="store_true",
         help="probe and measure the node only, no smoke runs (seconds, not minutes); the figures "
@@ -511,6 +517,8 @@ def _doctor(args: argparse.Namespace) -> int:
         loaded,
         on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True),
         smoke_runs=not args.node_only,
+        resume=args.resume,
+        measured=_recorded_node(loaded) if args.resume else None,
     )
     print(report.to_json() if args.json else render_table(report))
     if not args.no_record:
@@ -523,6 +531,19 @@ def _doctor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if any(r.status == FAILED for r in report.rows) else 0
+
+
+def _recorded_node(loaded: LoadedStudy) -> dict[str, Any] | None:
+    """The node's figures an earlier doctor recorded on the study (``None``: no study yet, or
+    none recorded for its GPU model)."""
+    from explorer.record import StudyRecord
+    from explorer.study import load_readonly
+
+    try:
+        study = load_readonly(loaded)
+    except SpecError:  # no study yet: nothing recorded
+        return None
+    return StudyRecord.of(study).measured_node(loaded.spec.resources.model)
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 from explorer.doctor._between import measure_between_nodes
@@ -99,13 +100,16 @@ def run_doctor(
     measured: dict[str, Any] | None = None,
     on_row: Callable[[Row], None] | None = None,
     smoke_runs: bool = True,
+    resume: bool = False,
 ) -> DoctorReport:
     """Probe this node (unless ``facts`` are given), measure it (:func:`measure_here`, unless
     ``measured`` is given), then (unless not ``smoke_runs``: the node alone) smoke-run every applicable value (each
     row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
     ``doctor.json`` at the end): the
     values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
-    not end ``ok`` is split into one run per value, so that each failure names its own value."""
+    not end ``ok`` is split into one run per value, so that each failure names its own value.
+    ``resume``: the values an earlier doctor of this study found (its ``rows.jsonl``, kept as
+    found) are not run again."""
     from explorer.launch import zygote_environment
 
     started = time.monotonic()
@@ -120,10 +124,16 @@ def run_doctor(
     folder = loaded.output_dir / "doctor"
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / "rows.jsonl"  # each row as it is found: evidence even if the doctor is cut short
-    partial.write_text("")
+    earlier = _rows_found(partial) if resume else {}
+    if not resume:
+        partial.write_text("")
     for run in group_cases(cases, loaded.space, spec.resources, node):
+        if all(_value_key(c) in earlier for c in run.cases):
+            continue  # an earlier doctor of this study found every value of this run
         m, seconds = smoke.run(run.config)
         for case in run.cases:
+            if _value_key(case) in earlier:
+                continue
             if m.outcome is Outcome.OK or len(run.cases) == 1 or case.config is None:
                 found[id(case)] = (m, seconds, run.config.key())
             else:  # which value failed: each runs alone
@@ -133,7 +143,9 @@ def run_doctor(
                 fh.write(json.dumps(asdict(row)) + "\n")
             if on_row is not None:
                 on_row(row)
-    rows = _unblamed([_row(c, *found.get(id(c), (None, None, None))) for c in cases])
+    rows = _unblamed(
+        [earlier.get(_value_key(c)) or _row(c, *found.get(id(c), (None, None, None))) for c in cases]
+    )
     report = DoctorReport(
         study=spec.name,
         gpu_model=spec.resources.model,
@@ -145,6 +157,17 @@ def run_doctor(
     )
     (folder / "doctor.json").write_text(report.to_json())
     return report
+
+
+def _value_key(case: Case | Row) -> tuple[str, str]:
+    return case.knob, json.dumps(case.value)
+
+
+def _rows_found(partial: Path) -> dict[tuple[str, str], Row]:
+    """The rows an earlier doctor of this study wrote as it found them (``rows.jsonl``), by value."""
+    lines = partial.read_text().splitlines() if partial.is_file() else []
+    rows = [Row(**json.loads(line)) for line in lines if line.strip()]
+    return {_value_key(r): r for r in rows}
 
 
 class _Smoke:
