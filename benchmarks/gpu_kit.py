@@ -330,32 +330,10 @@ class Kit:
 
 
 def _on_this_gpu(data: dict[str, Any]) -> None:
-    """The throughput study as this machine can run it: its GPU model read from the device (the
-    study names an H100; a lent H200 would refuse it), and no value whose Python package cannot
-    be installed here (``flash_attention_2``: flash-attn has no wheel to carry), which would
-    spend the short study's minutes on trials that fail in their first seconds."""
-    from importlib.machinery import PathFinder
-
-    if str(REPO) not in sys.path:  # the kit runs as a script: benchmarks/ is on its path
-        sys.path.insert(0, str(REPO))
-    from explorer.knobs import knob
-
+    """The throughput study with its GPU model read from the device (the study names an H100; a
+    lent H200 would refuse it). The values whose package the machine lacks (``flash_attention_2``:
+    flash-attn has no wheel to carry) are left to ``doctor-node``, which records them invalid."""
     data["resources"].pop("gpu_model", None)
-    params = data["search_space"]["parameters"]
-    for name, domain in params.items():
-        if not (isinstance(domain, dict) and "choices" in domain):
-            continue
-        needs = knob(name).needs
-        kept = [
-            v
-            for v in domain["choices"]
-            if not (m := getattr(needs.get(v), "module", None))
-            or PathFinder.find_spec(m.split(".")[0], [str(SITE), *sys.path]) is not None
-        ]
-        if kept != domain["choices"]:
-            dropped = sorted(set(domain["choices"]) - set(kept), key=str)
-            data["search_space"]["description"] += f" Without {name} {dropped}: its package is not here."
-            domain["choices"] = kept
 
 
 def step_carries(kit: Kit, clock: Clock) -> str:

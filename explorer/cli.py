@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from explorer.errors import SpecError
 from explorer.measurement import Measurement
@@ -402,7 +402,8 @@ def _doctor_arguments(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--node-only",
         action="store_true",
         help="probe and measure the node only, no smoke runs (seconds, not minutes); the figures "
-        "are recorded with the study, the values an earlier doctor found are kept",
+        "and the values the node cannot run at all (a package or CUDA missing) are recorded with "
+        "the study, beside the values an earlier doctor found",
     )
 
 
@@ -506,6 +507,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from explorer.doctor import FAILED, record_findings, render_table, run_doctor
+    from explorer.estimate import recorded_node
     from explorer.launch import launcher_kind
     from explorer.study_file import load_study
 
@@ -518,7 +520,7 @@ def _doctor(args: argparse.Namespace) -> int:
         on_row=lambda r: print(f"  {r.knob}={r.value}: {r.status}", file=sys.stderr, flush=True),
         smoke_runs=not args.node_only,
         resume=args.resume,
-        measured=_recorded_node(loaded) if args.resume else None,
+        measured=recorded_node(loaded) if args.resume else None,
     )
     print(report.to_json() if args.json else render_table(report))
     if not args.no_record:
@@ -531,19 +533,6 @@ def _doctor(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if any(r.status == FAILED for r in report.rows) else 0
-
-
-def _recorded_node(loaded: LoadedStudy) -> dict[str, Any] | None:
-    """The node's figures an earlier doctor recorded on the study (``None``: no study yet, or
-    none recorded for its GPU model)."""
-    from explorer.record import StudyRecord
-    from explorer.study import load_readonly
-
-    try:
-        study = load_readonly(loaded)
-    except SpecError:  # no study yet: nothing recorded
-        return None
-    return StudyRecord.of(study).measured_node(loaded.spec.resources.model)
 
 
 def _measure(args: argparse.Namespace) -> int:

@@ -435,12 +435,20 @@ def test_a_measured_fabric_prices_the_collectives_that_cross_nodes(cpu_node, tmp
 
 def test_node_only_measures_and_records_the_node_and_keeps_the_earlier_findings(cpu_node, tmp_path):
     """``explorer doctor --node-only``: the node measured for real (2 gloo processes), no smoke
-    run, the figures recorded; the values an earlier doctor found invalid stay recorded."""
+    run, the figures recorded; the values this node, without CUDA, cannot run at all (flash
+    attention) recorded invalid beside those an earlier doctor found, which stay."""
     from explorer.record import StudyRecord
     from explorer.study import load_readonly
+    from explorer.study_file import load_study
     from tests.builders import run_cli
 
-    loaded = _loaded(tmp_path)
+    path = _loaded(tmp_path, device="auto").file  # CUDA where there is one: flash attention may be asked for
+    raw = yaml.safe_load(path.read_text())
+    space = yaml.safe_load(Path(raw["search_space"]).read_text())
+    space["parameters"]["attn_implementation"] = {"choices": ["sdpa", "flash_attention_2"]}
+    raw["search_space"] = space
+    path.write_text(yaml.safe_dump(raw))
+    loaded = load_study(path, check_model=False, check_launcher=False, check_hub=False)
     earlier = _report(cpu_node)
     earlier.rows.append(
         Row(knob="batch_size", value=8, status=FAILED, detail="rank 0: boom", blocks=True, config="k")
@@ -451,15 +459,21 @@ def test_node_only_measures_and_records_the_node_and_keeps_the_earlier_findings(
     proc = run_cli("doctor", str(loaded.file), "--node-only", "--json", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(proc.stdout)
-    assert data["rows"] == [] and data["measured"]["backend"] == "gloo"
-    assert not (loaded.output_dir / "doctor" / "rows.jsonl").read_text()  # no smoke run
+    assert data["measured"]["backend"] == "gloo"
+    assert [(r["knob"], r["value"], r["status"], r["blocks"]) for r in data["rows"]] == [
+        ("attn_implementation", "flash_attention_2", "not applicable", True)
+    ]
+    assert not list((loaded.output_dir / "doctor").glob("run-*"))  # no smoke run
     after = StudyRecord.of(load_readonly(loaded))
-    assert after.doctor["invalid"] == before["invalid"]
+    invalid = after.doctor["invalid"]["CPU-logical"]
+    assert invalid["batch_size"] == before["invalid"]["CPU-logical"]["batch_size"]
+    assert set(invalid) == {"batch_size", "attn_implementation"}
+    assert list(invalid["attn_implementation"]) == ['"flash_attention_2"']
     assert after.doctor["nodes"]["CPU-logical"]["counts"] == before["nodes"]["CPU-logical"]["counts"]
     assert (
         after.measured_node("CPU-logical") == data["measured"] != before["nodes"]["CPU-logical"]["measured"]
     )
     assert (
-        "recorded with study 'quickstart': the node's figures; optimize records 1 values invalid"
+        "recorded with study 'quickstart': the node's figures; optimize records 2 values invalid"
         in proc.stderr
     )

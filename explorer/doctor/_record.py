@@ -21,8 +21,8 @@ __all__ = ["record_findings"]
 def record_findings(loaded: LoadedStudy, report: DoctorReport, *, node_only: bool = False) -> dict[str, Any]:
     """Store ``report``'s invalid values for its node type on the study (made if missing), beside
     those of other node types; returns the attribute as stored. ``node_only``: a report without
-    smoke runs, whose measured figures are stored and which leaves the values an earlier doctor
-    found (and its counts) as they were."""
+    smoke runs (its figures, and the values the node cannot run at all), added to what an earlier
+    doctor found, whose values and counts stay."""
     from explorer.study import open_study
 
     study = open_study(loaded, create=True)
@@ -30,8 +30,13 @@ def record_findings(loaded: LoadedStudy, report: DoctorReport, *, node_only: boo
     invalid = dict(recorded.get("invalid") or {})
     nodes = dict(recorded.get("nodes") or {})
     earlier = dict(nodes.get(report.gpu_model) or {}) if node_only else {}
-    if not node_only:
-        invalid[report.gpu_model] = report.invalid()
+    found = report.invalid()
+    if node_only:
+        merged = {k: dict(v) for k, v in (invalid.get(report.gpu_model) or {}).items()}
+        for knob, values in found.items():
+            merged.setdefault(knob, {}).update(values)
+        found = merged
+    invalid[report.gpu_model] = found
     nodes[report.gpu_model] = {
         **earlier,
         "host": report.node.get("host"),

@@ -103,7 +103,8 @@ def run_doctor(
     resume: bool = False,
 ) -> DoctorReport:
     """Probe this node (unless ``facts`` are given), measure it (:func:`measure_here`, unless
-    ``measured`` is given), then (unless not ``smoke_runs``: the node alone) smoke-run every applicable value (each
+    ``measured`` is given), then smoke-run every applicable value (without ``smoke_runs``: none;
+    the rows are then the values the node cannot run at all, a package or CUDA missing) (each
     row appended to ``<run folder>/doctor/rows.jsonl`` as found, the report written to
     ``doctor.json`` at the end): the
     values grouped into few runs (:func:`explorer.doctor._cases.group_cases`); a run that does
@@ -118,7 +119,9 @@ def run_doctor(
     facts = facts or probe_in_child(env)
     node = node_of(loaded, facts)
     measured = measured or measure_here(node, env, getattr(spec.launcher, "address", None))
-    cases = plan_cases(loaded.space, spec.resources, node) if smoke_runs else []
+    cases = plan_cases(loaded.space, spec.resources, node)
+    if not smoke_runs:  # the node alone: only what it cannot run at all, known without a run
+        cases = [c for c in cases if c.blocks]
     smoke = _Smoke(loaded)
     found: dict[int, tuple[Measurement, float, str]] = {}  # case: its run, seconds, configuration
     folder = loaded.output_dir / "doctor"
