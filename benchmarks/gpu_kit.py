@@ -316,14 +316,14 @@ class Kit:
         status = self.state["steps"].get(step, {}).get("status", "")
         return bool(status) and not status.startswith(PENDING)
 
-    def study(self, entries: str) -> Path:
-        """The throughput study (``entries``: ``short``, its 100-800-token entries) with its
-        storage and run folder here."""
+    def study(self) -> Path:
+        """The throughput study (its 100-800-token entries: ``short``) with its storage and run
+        folder here."""
         data = yaml.safe_load(STUDY[self.device].read_text())
         if self.device == "cuda":
             _on_this_gpu(data)
         data["storage"] = f"sqlite:///{self.out / 'kit.db'}"
-        data["output_dir"] = str(self.work / f"runs-{entries}")  # one run folder per storage
+        data["output_dir"] = str(self.work / "runs-short")
         path = self.work / f"{data['name']}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         return path
@@ -376,7 +376,7 @@ def step_doctor(kit: Kit, clock: Clock) -> str:
     session to session), with the node's figures ``doctor-node`` recorded; its findings are
     recorded on the study (``optimize`` never launches a value the node cannot run). Every file
     it left in its folder is copied here (cut short: ``rows.jsonl``, the rows it found)."""
-    study = kit.study("short")
+    study = kit.study()
     folder = kit.work / "runs-short" / "doctor"
     (folder / "doctor.json").unlink(missing_ok=True)  # an earlier run's, not this one's
     found = kit.out / "doctor-rows.jsonl"  # what an earlier call found (a fresh machine lacks it)
@@ -432,7 +432,7 @@ def step_doctor_node(kit: Kit, clock: Clock) -> str:
     alone, no smoke run (on the H200 the 2-layer smoke run of an earlier kit did not end within
     its minute), into ``doctor-node.json``, and recorded on the study (``estimate`` prices with
     them; the full doctor later keeps them or measures them again)."""
-    study = kit.study("short")
+    study = kit.study()
     found = kit.work / "runs-short" / "doctor" / "doctor.json"
     found.unlink(missing_ok=True)  # an earlier run's, not this one's
     cmd = _explorer("doctor", str(study), "--node-only", "--json")
@@ -445,13 +445,14 @@ def step_doctor_node(kit: Kit, clock: Clock) -> str:
     return f"done (node {said}; recorded on the short study)" if rc == 0 else _ended(rc)
 
 
-def _study_step(kit: Kit, clock: Clock, entries: str) -> tuple[str, dict[str, Any]]:
-    study = kit.study(entries)
-    log = kit.out / f"study-{entries}.log"
+def step_study(kit: Kit, clock: Clock) -> tuple[str, dict[str, Any]]:
+    """``explorer optimize`` of the throughput study (resumes from its storage), and its best."""
+    study = kit.study()
+    log = kit.out / "study-short.log"
     rc = run_logged(_explorer("optimize", str(study)), log, max(clock.left() - 10, 1))
     best = _best(kit, study, clock)
     if best is not None:
-        (kit.out / f"best-{entries}.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
+        (kit.out / "best-short.yaml").write_text(yaml.safe_dump(best, sort_keys=False))
     if rc is None:
         return "timed out (resumes when the kit runs again)", {"best": best}
     return _ended(rc), {"best": best}
@@ -483,7 +484,7 @@ def _best(kit: Kit, study: Path, clock: Clock) -> dict[str, Any] | None:
 def step_measure(kit: Kit, clock: Clock) -> str:
     """``explorer measure`` of the default configuration (every real-data knob at its default, the
     best's batch and checkpointing) and of the short study's best, each in half the time left."""
-    best = _best(kit, kit.study("short"), clock)
+    best = _best(kit, kit.study(), clock)
     if best is None:
         return "waits for a measured trial of the short study"
     config = best["measure_config"]
@@ -499,7 +500,7 @@ def step_measure(kit: Kit, clock: Clock) -> str:
         "default": [a for s in default for a in ("--set", s)],
         "best": ["--config", str(kit.work / "best-config.yaml")],
     }
-    return _measure_each(kit, clock, kit.study("short"), runs, "measure")
+    return _measure_each(kit, clock, kit.study(), runs, "measure")
 
 
 def _measure_each(kit: Kit, clock: Clock, study: Path, runs: dict[str, list[str]], prefix: str) -> str:
@@ -550,7 +551,7 @@ def step_estimate(kit: Kit, clock: Clock) -> str:
         return "waits for measure"
     best_file = kit.work / "best-config.yaml"
     best_file.write_text(yaml.safe_dump(json.loads(chosen.read_text())["best"]))
-    args = [str(kit.study("short")), str(chosen), str(best_file)]
+    args = [str(kit.study()), str(chosen), str(best_file)]
     found = _child_json(ESTIMATE, args, kit.out / "estimate.log", clock)
     if found is None:
         return "failed (estimate.log)"
@@ -670,11 +671,8 @@ def _node(out: Path) -> dict[str, Any]:
 def summarize(out: Path) -> dict[str, Any]:
     """The kit's figures, recomputed from its files."""
     default, best = _measured(out / "measure-default.jsonl"), _measured(out / "measure-best.jsonl")
-    studies = {
-        e: yaml.safe_load((out / f"best-{e}.yaml").read_text())
-        for e in ("short",)
-        if (out / f"best-{e}.yaml").is_file()
-    }
+    short = out / "best-short.yaml"
+    studies = {"short": yaml.safe_load(short.read_text())} if short.is_file() else {}
     summary: dict[str, Any] = {"node": _node(out), "doctor": _doctor(out), "default": default, "best": best}
     summary["outcomes"] = {name: _outcome(out / f"measure-{name}.jsonl") for name in ("default", "best")}
     summary["studies"] = studies
@@ -781,7 +779,7 @@ RUNNERS: dict[str, Any] = {
     "doctor": step_doctor,
     "pytest-knobs": lambda kit, clock: _pytest(kit, clock, KNOB_TESTS, "pytest-knobs.log"),
     "pytest-gpu": lambda kit, clock: _pytest(kit, clock, OTHER_GPU_TESTS, "pytest-gpu.log"),
-    "study-short": lambda kit, clock: _study_step(kit, clock, "short"),
+    "study-short": step_study,
     "sdpa-shapes": step_sdpa_shapes,
     "measure": step_measure,
     "estimate": step_estimate,

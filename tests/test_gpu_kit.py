@@ -367,6 +367,23 @@ def test_the_h200_figures_in_the_docs_are_the_recorded_ones():
         f"packing ran at {packed:,.0f} dataset tokens/s against {padded:,.0f} padded ({packed / padded:.2f}x)"
         in page
     )
+    # the packed and padded trials' step times and the packed one's GPU use, from the same assertion
+    packing = log.split("def test_packing_raises")[1]  # its failure's report
+    steps = [float(x) for x in re.findall(r"step_time_mean=([\d.]+)", packing)][:2]
+    busy = float(re.findall(r"'gpu_compute_utilization_avg': ([\d.]+)", packing)[0])
+    assert (
+        f"{1000 * steps[0]:.0f} ms a step against {1000 * steps[1]:.0f} ms with the GPU {busy:.1f}% busy"
+        in page
+    )
+    assert f"the GPU {busy:.1f}% busy" in readme
+    assert f"a step of {best['step_time_mean']:.3f} s (cv {best['step_time_cv']:.3f})" in page
+    extra = json.loads((run / "measure-best.jsonl").read_text().splitlines()[0])["extra"]
+    assert f"states were {extra['optimizer']['state_bytes'] / 1e9:.2f} GB" in page
+    assert extra["start"] == "warm" and "ranks forked warm" in readme
+    in_use = float(re.search(r"this process has ([\d.]+) GiB memory in use", default["error"]).group(1))
+    assert f"ran out of memory at {in_use:.1f} GiB" in page
+    rows = [json.loads(line) for line in (run / "doctor-rows.jsonl").read_text().splitlines()]
+    assert f"first smoke run ({len(rows)} values at once) ran in {rows[0]['seconds']:.1f} s" in page
 
 
 def test_the_knob_tests_go_on_where_an_earlier_call_stopped(tmp_path):
