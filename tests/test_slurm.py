@@ -105,6 +105,16 @@ class Slurm:
             time.sleep(1)
         return self.job(job)
 
+    def logs(self, chars: int = 4000) -> str:
+        """The ends of slurmctld's and slurmd's logs, for a failure message."""
+        tails = []
+        for name in ("slurmctld.log", "slurmd.log"):
+            path = self.root / name
+            tails.append(
+                f"\n--- {name} ---\n" + (path.read_text(errors="replace")[-chars:] if path.exists() else "")
+            )
+        return "".join(tails)
+
     def job_processes(self) -> list[str]:
         """Every process whose environment names this Slurm's slurm.conf but the daemons: the
         jobs' (the batch script, srun, Ray's, the driver, the trials')."""
@@ -345,7 +355,11 @@ def test_the_time_limit_warning_stops_the_study_and_a_requeued_job_resumes_it(sl
         state = fields.get("JobState")
         if not seen or seen[-1] != f"{state}/{fields.get('Restarts')}":
             seen.append(f"{state}/{fields.get('Restarts')}")
-        if state == "PENDING" and fields.get("Reason") == "BeginTime":  # a requeued job waits 2 min
+        # a requeued job waits 2 min (Slurm's guard against the first run's late messages): it
+        # starts now only once every process of that run is gone, slurmstepd included, which
+        # reports the batch script's exit before it exits (a run started sooner was seen FAILED:
+        # the first run's exit status, 143, taken as the second's)
+        if state == "PENDING" and fields.get("Reason") == "BeginTime" and not slurm.job_processes():
             slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
         # the script exits 143 just after requeueing its job: slurmctld may show the run's end
         # (FAILED) before the requeue turns it PENDING (seen once under load); only a state that
@@ -353,11 +367,11 @@ def test_the_time_limit_warning_stops_the_study_and_a_requeued_job_resumes_it(sl
         if state in ("FAILED", "CANCELLED", "TIMEOUT"):  # either run's end, if it stays
             ended_at = ended_at or time.monotonic()
             assert time.monotonic() - ended_at < 60, (
-                f"job {job} went {seen}: " + _output(tmp_path, job)[-3000:]
+                f"job {job} went {seen}: " + _output(tmp_path, job)[-3000:] + slurm.logs()
             )
         else:
             ended_at = None
-        assert time.monotonic() < deadline, f"job {job} went {seen}"
+        assert time.monotonic() < deadline, f"job {job} went {seen}: " + slurm.logs()
         time.sleep(2)
     info = slurm.wait_for_end(job)
     out = _output(tmp_path, job)  # --open-mode=append: both runs
