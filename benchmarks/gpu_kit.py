@@ -13,7 +13,8 @@ minutes) holds the most telling evidence, in this order: ``doctor-node`` (``expl
 configuration and of the best), ``estimate`` (``explorer estimate``'s prediction of both, physics
 alone and calibrated to the study's trials, against what was measured) and ``pytest-knobs``
 (``pytest -m gpu tests/test_gpu_knobs.py``). Call 2, on the same warm machine at once, runs the
-rest: ``sdpa-shapes`` (``benchmarks/sdpa_shapes.py``: what a new row length costs sdpa), ``env``
+rest: ``sdpa-shapes`` (``benchmarks/sdpa_shapes.py``: what a new row length costs sdpa),
+``activation-bytes`` (``benchmarks/activation_bytes.py``: a layer's saved bytes, counted), ``env``
 (nvidia-smi), ``doctor`` (a smoke run per knob value), ``trl`` (SFTTrainer, padded and packed)
 and ``pytest-gpu`` (the other GPU tests). Each call starts with ``carries`` (the ``.gpu`` carries
 of ``scripts/gpu_pack.sh`` unpacked once a machine) and ends with ``summary``.
@@ -78,8 +79,11 @@ PLAN = (
     Step("summary", 1, 0.1, 60, "summary.json, summary.md"),
     Step("carries", 2, 0.25, 120, "the same (nothing to do on the warm machine)"),
     Step("sdpa-shapes", 2, 0.5, 120, "benchmarks/sdpa_shapes.py: sdpa's price for a new row length"),
+    Step(
+        "activation-bytes", 2, 0.5, 300, "benchmarks/activation_bytes.py: a layer's saved bytes, Liger's too"
+    ),
     Step("env", 2, 0.25, 120, "nvidia-smi and the probe's facts"),
-    Step("doctor", 2, 1.0, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
+    Step("doctor", 2, 0.5, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
     Step("trl", 2, 1.25, 600, "explorer measure under TRL's SFTTrainer, max_length and packed"),
     Step("pytest-gpu", 2, 0.5, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
     Step("summary", 2, 0.1, 60, "summary.json, summary.md"),
@@ -193,7 +197,7 @@ def print_plan(device: str, limits: dict[str, float]) -> int:
         steps = call_steps(str(c))
         print(f"call {c}: {sum(limits[s.name] for s in steps) / 60:.2f} min of steps")
         for i, s in enumerate(steps, 1):
-            print(f"  {i}. {s.name:<13}{limits[s.name] / 60:5.2f} min  {s.what}")
+            print(f"  {i}. {s.name:<17}{limits[s.name] / 60:5.2f} min  {s.what}")
         if device == "cuda":
             run = device_call(c, limits)
             print(
@@ -425,6 +429,17 @@ def step_sdpa_shapes(kit: Kit, clock: Clock) -> str:
         [sys.executable, str(script), "--json", str(out)], kit.out / "sdpa-shapes.log", clock.left()
     )
     return _ended(rc)
+
+
+def step_activation_bytes(kit: Kit, clock: Clock) -> str:
+    """``benchmarks/activation_bytes.py`` on the throughput study's model (two of its layers):
+    the bytes a decoder layer saves for the backward, counted, in mixed precision and pure bf16,
+    with and without Liger's kernels where they run, against the physics (``activation-bytes.json``)."""
+    script = REPO / "benchmarks" / "activation_bytes.py"
+    out = kit.out / "activation-bytes.json"
+    seq = "1000" if kit.device == "cuda" else "100"
+    cmd = [sys.executable, str(script), "--study", str(STUDY[kit.device]), "--seq", seq, "--json", str(out)]
+    return _ended(run_logged(cmd, kit.out / "activation-bytes.log", clock.left()))
 
 
 def step_doctor_node(kit: Kit, clock: Clock) -> str:
@@ -781,6 +796,7 @@ RUNNERS: dict[str, Any] = {
     "pytest-gpu": lambda kit, clock: _pytest(kit, clock, OTHER_GPU_TESTS, "pytest-gpu.log"),
     "study-short": step_study,
     "sdpa-shapes": step_sdpa_shapes,
+    "activation-bytes": step_activation_bytes,
     "measure": step_measure,
     "estimate": step_estimate,
     "trl": step_trl,

@@ -98,7 +98,9 @@ def test_the_plan_puts_the_most_telling_steps_in_a_first_call_of_8_minutes():
     assert plan.returncode == 0, plan.stderr
     calls = _calls(plan.stdout)
     assert [s for s, _ in calls[1]["steps"]] == CALL_1
-    assert {"sdpa-shapes", "doctor", "trl", "pytest-gpu", "env"} <= {s for s, _ in calls[2]["steps"]}
+    assert {"sdpa-shapes", "activation-bytes", "doctor", "trl", "pytest-gpu", "env"} <= {
+        s for s, _ in calls[2]["steps"]
+    }
     for call in calls.values():
         assert call["minutes"] == pytest.approx(sum(m for _, m in call["steps"]), abs=0.01)
         assert all(m > 0 for _, m in call["steps"])
@@ -269,6 +271,10 @@ def test_the_kit_dry_run_on_the_cpu(tmp_path):
     assert {s for k, s in status.items() if k != ("batch_size", "8")} == {"ran"}
     shapes = json.loads((tmp_path / "out" / "sdpa-shapes.json").read_text())
     assert shapes["device"] == "cpu" and shapes["backends"]["default"]["new_ms"] > 0
+    assert state["activation-bytes"]["status"] == "done", state
+    counted = json.loads((tmp_path / "out" / "activation-bytes.json").read_text())["variants"]
+    assert set(counted) == {"mixed", "pure_bf16"}  # no Liger without CUDA
+    assert all(v["layer_bytes_per_token"] > 0 for v in counted.values())
     with tarfile.open(tmp_path / "kit.tar.gz") as tar:
         names = set(tar.getnames())
     assert {
