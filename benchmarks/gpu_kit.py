@@ -83,7 +83,7 @@ PLAN = (
         "activation-bytes", 2, 0.5, 300, "benchmarks/activation_bytes.py: a layer's saved bytes, Liger's too"
     ),
     Step("env", 2, 0.25, 120, "nvidia-smi and the probe's facts"),
-    Step("doctor", 2, 0.5, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
+    Step("doctor", 2, 0.75, 600, "explorer doctor --json: the node measured, a smoke run per knob value"),
     Step("trl", 2, 1.25, 600, "explorer measure under TRL's SFTTrainer, max_length and packed"),
     Step("pytest-gpu", 2, 0.5, 120, "pytest -m gpu: test_gpu, test_flex_attention, test_doctor_gpu"),
     Step("summary", 2, 0.1, 60, "summary.json, summary.md"),
