@@ -147,16 +147,59 @@ def liger_runs(device: str) -> bool:
     return device == "cuda" and importlib.util.find_spec("liger_kernel") is not None
 
 
-def run(study: Path, *, layers: int, batch: int, seq: int, device: str) -> dict[str, Any]:
+def variant(
+    study: Path,
+    arch: dict[str, Any],
+    *,
+    precision: str,
+    liger: bool,
+    layers: int,
+    batch: int,
+    seq: int,
+    device: str,
+) -> dict[str, Any]:
+    """One variant's count, beside the physics' estimate."""
     import torch
 
     from explorer.settings import apply_liger
-    from explorer.study_file import load_study
     from explorer.trial_config import TrialConfig
+
+    torch.manual_seed(0)
+    model = build(arch, layers=layers, precision=precision, device=device)
+    if liger:
+        config = TrialConfig(
+            batch_size=batch, number_gpus=1, gradient_checkpointing=False, model_max_length=seq
+        )
+        apply_liger(model, config.replace(liger_kernel=True))
+    ids = torch.randint(0, int(arch["vocab_size"]), (batch, seq), device=device)
+    found = count(model, ids, autocast=precision == "mixed")
+    tokens = batch * seq
+    per_layer = [found[str(i)] / tokens for i in range(layers)]
+    mean = sum(per_layer) / layers
+    estimate = physics_layer_bytes(study, precision=precision, liger=liger, batch=batch, seq=seq)
+    return {
+        "per_layer": per_layer,
+        "layer_bytes_per_token": mean,
+        "per_hidden": mean / int(arch["hidden_size"]),
+        "outside_bytes_per_token": found["outside"] / tokens,
+        "weight_copy_bytes": found["weight_copies"],
+        "physics_layer_bytes_per_token": estimate,
+        "ratio": mean / estimate,
+    }
+
+
+def run(
+    study: Path, *, layers: int, batch: int, seq: int, device: str, out_path: Path | None = None
+) -> dict[str, Any]:
+    """Every variant that runs here, the H200 run's (pure bf16 with Liger) first; the result is
+    written to ``out_path`` after each (a cut run keeps what it counted). A variant that fails
+    records its error's first line."""
+    import torch
+
+    from explorer.study_file import load_study
 
     spec = load_study(study, check_model=False, check_launcher=False, check_hub=False).spec
     arch = dict(spec.workload.model.architecture or {})
-    tokens = batch * seq
     out: dict[str, Any] = {
         "study": str(study.relative_to(ROOT)) if study.is_relative_to(ROOT) else str(study),
         "device": device,
@@ -169,28 +212,26 @@ def run(study: Path, *, layers: int, batch: int, seq: int, device: str) -> dict[
         "kv": int(arch["hidden_size"]) // int(arch["num_attention_heads"]) * int(arch["num_key_value_heads"]),
         "variants": {},
     }
-    for precision in ("mixed", "pure_bf16"):
-        for liger in (False, True) if liger_runs(device) else (False,):
-            torch.manual_seed(0)
-            model = build(arch, layers=layers, precision=precision, device=device)
-            if liger:
-                config = TrialConfig(batch_size=batch, number_gpus=1, gradient_checkpointing=False)
-                apply_liger(model, config.replace(liger_kernel=True))
-            ids = torch.randint(0, int(arch["vocab_size"]), (batch, seq), device=device)
-            found = count(model, ids, autocast=precision == "mixed")
-            per_layer = [found[str(i)] / tokens for i in range(layers)]
-            mean = sum(per_layer) / layers
-            estimate = physics_layer_bytes(study, precision=precision, liger=liger, batch=batch, seq=seq)
-            out["variants"][f"{precision}{'+liger' if liger else ''}"] = {
-                "per_layer": per_layer,
-                "layer_bytes_per_token": mean,
-                "per_hidden": mean / int(arch["hidden_size"]),
-                "outside_bytes_per_token": found["outside"] / tokens,
-                "weight_copy_bytes": found["weight_copies"],
-                "physics_layer_bytes_per_token": estimate,
-                "ratio": mean / estimate,
-            }
-            del model
+    for liger in (True, False) if liger_runs(device) else (False,):
+        for precision in ("pure_bf16", "mixed"):
+            name = f"{precision}{'+liger' if liger else ''}"
+            try:
+                out["variants"][name] = variant(
+                    study,
+                    arch,
+                    precision=precision,
+                    liger=liger,
+                    layers=layers,
+                    batch=batch,
+                    seq=seq,
+                    device=device,
+                )
+            except Exception as exc:  # one variant's failure (a kernel, a dtype) is recorded, the rest run
+                out["variants"][name] = {
+                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                }
+            if out_path is not None:
+                out_path.write_text(json.dumps(out, indent=1) + "\n")
     return out
 
 
@@ -206,12 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"
-    out = run(args.study, layers=args.layers, batch=args.batch, seq=args.seq, device=device)
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return 0
+    out = run(
+        args.study, layers=args.layers, batch=args.batch, seq=args.seq, device=device, out_path=args.json
+    )
+    print(json.dumps(out, indent=1))
+    return 1 if any("error" in v for v in out["variants"].values()) else 0
 
 
 if __name__ == "__main__":

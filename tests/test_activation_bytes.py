@@ -55,6 +55,25 @@ def test_autocasts_weight_copies_are_counted_apart(counted):
     assert counted["variants"]["pure_bf16"]["weight_copy_bytes"] == 0
 
 
+def test_a_variant_that_cannot_run_records_its_error_and_the_others_are_counted(tmp_path, monkeypatch):
+    """Liger's variants where Liger cannot run (no CUDA here: its check is overridden, the one
+    fake): each records its error's first line, the bf16 and mixed counts are still written, and
+    the command exits 1."""
+    script = _script()
+    monkeypatch.setattr(script, "liger_runs", lambda device: True)
+    out = tmp_path / "counted.json"
+    rc = script.main(["--study", str(TINY), "--seq", "100", "--device", "cpu", "--json", str(out)])
+    variants = json.loads(out.read_text())["variants"]
+    assert rc == 1
+    assert list(variants) == ["pure_bf16+liger", "mixed+liger", "pure_bf16", "mixed"]
+    assert all(
+        variants[n]["error"] and "\n" not in variants[n]["error"] for n in ("pure_bf16+liger", "mixed+liger")
+    )
+    assert (
+        variants["pure_bf16"]["layer_bytes_per_token"] > 0 and variants["mixed"]["layer_bytes_per_token"] > 0
+    )
+
+
 def test_the_recorded_granite_count_and_the_docs_figures():
     """benchmarks/results/activation_bytes.cpu.json (granite-3.1-2b's shape, two layers, 1000
     tokens): each layer within 1% of the formulas above, and docs/estimate.md's figures (bytes a
