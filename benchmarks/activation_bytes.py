@@ -38,16 +38,27 @@ sys.path.insert(0, str(ROOT))
 STUDY = ROOT / "studies" / "granite-3.1-2b-full-1xh100-throughput.yaml"
 
 
-def build(arch: dict[str, Any], *, layers: int, precision: str, device: str) -> Any:
-    """The study's model with ``layers`` decoder layers, random weights, sdpa attention."""
+def build(spec: Any, *, layers: int, precision: str, device: str) -> Any:
+    """The study's model as a trial builds it (:func:`explorer.worker._model.build_model`), with
+    ``layers`` decoder layers, random weights and sdpa attention, in training mode."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
-    fields = {k: v for k, v in arch.items() if k != "model_type"}
-    config = AutoConfig.for_model(arch["model_type"], **{**fields, "num_hidden_layers": layers})
+    from explorer.worker._model import build_model, load_config
+
+    config = load_config(spec.workload.model, None)
+    config.num_hidden_layers = layers
     dtype = torch.bfloat16 if precision == "pure_bf16" else torch.float32
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
-    return model.to(device).train()
+    model = build_model(
+        spec.workload.model,
+        None,
+        config,
+        lora_r=None,
+        method=spec.workload.method,
+        init_device=torch.device(device),
+        options={"attn_implementation": "sdpa"},
+        dtype=dtype,
+    )
+    return model.train()
 
 
 def count(model: Any, input_ids: Any, *, autocast: bool) -> dict[str, int]:
@@ -114,17 +125,15 @@ def _weight_copy(t: Any) -> bool:
 
 
 def _decoder_layers(model: Any) -> list[Any]:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a LoRA study's
     return list(base.model.layers)
 
 
-def physics_layer_bytes(study: Path, *, precision: str, liger: bool, batch: int, seq: int) -> float:
+def physics_layer_bytes(spec: Any, *, precision: str, liger: bool, batch: int, seq: int) -> float:
     """The physics' saved activations a token and layer for this configuration, bytes."""
     from explorer.search._physics import GIB, JobPhysics
-    from explorer.study_file import load_study
     from explorer.trial_config import TrialConfig
 
-    spec = load_study(study, check_model=False, check_launcher=False, check_hub=False).spec
     job = JobPhysics(workload=spec.workload, resources=spec.resources)
     c = TrialConfig(
         batch_size=batch,
@@ -148,8 +157,7 @@ def liger_runs(device: str) -> bool:
 
 
 def variant(
-    study: Path,
-    arch: dict[str, Any],
+    spec: Any,
     *,
     precision: str,
     liger: bool,
@@ -164,8 +172,8 @@ def variant(
     from explorer.settings import apply_liger
     from explorer.trial_config import TrialConfig
 
-    torch.manual_seed(0)
-    model = build(arch, layers=layers, precision=precision, device=device)
+    arch = dict(spec.workload.model.architecture)
+    model = build(spec, layers=layers, precision=precision, device=device)
     if liger:
         config = TrialConfig(
             batch_size=batch, number_gpus=1, gradient_checkpointing=False, model_max_length=seq
@@ -176,7 +184,7 @@ def variant(
     tokens = batch * seq
     per_layer = [found[str(i)] / tokens for i in range(layers)]
     mean = sum(per_layer) / layers
-    estimate = physics_layer_bytes(study, precision=precision, liger=liger, batch=batch, seq=seq)
+    estimate = physics_layer_bytes(spec, precision=precision, liger=liger, batch=batch, seq=seq)
     return {
         "per_layer": per_layer,
         "layer_bytes_per_token": mean,
@@ -217,8 +225,7 @@ def run(
             name = f"{precision}{'+liger' if liger else ''}"
             try:
                 out["variants"][name] = variant(
-                    study,
-                    arch,
+                    spec,
                     precision=precision,
                     liger=liger,
                     layers=layers,

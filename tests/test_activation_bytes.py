@@ -4,6 +4,7 @@ backward, counted by autograd's saved-tensor hooks, and the figures docs/estimat
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 import sys
@@ -34,7 +35,7 @@ def test_a_bf16_layer_keeps_its_tensors_and_autocast_keeps_fp32_norms_and_a_cast
     + 8I bytes, plus sdpa's log-sum-exp. Under autocast the norms keep fp32 tensors (8h each) and
     every projection casts its input anew (q, k, v three bf16 copies, gate and up two): 30h + 4kv +
     8I. Each layer counts the same but for the rotary tables the first one keeps."""
-    h, kv, inter = 64, 2 * 16, 128
+    h, kv, inter = counted["hidden"], counted["kv"], counted["intermediate"]
     variants = counted["variants"]
     assert set(variants) == {"mixed", "pure_bf16"}
     for name, formula in (("pure_bf16", 20 * h + 4 * kv + 8 * inter), ("mixed", 30 * h + 4 * kv + 8 * inter)):
@@ -49,7 +50,8 @@ def test_a_bf16_layer_keeps_its_tensors_and_autocast_keeps_fp32_norms_and_a_cast
 def test_autocasts_weight_copies_are_counted_apart(counted):
     """Autocast's bf16 copy of every linear weight (the layers' and the tied LM head's), 2 bytes a
     parameter, is a weight, not an activation; a bf16 model has none."""
-    h, kv, inter, vocab, layers = 64, 32, 128, 4096, 2
+    h, kv, inter, layers = counted["hidden"], counted["kv"], counted["intermediate"], counted["layers"]
+    vocab = 4096  # benchmarks/gpu_kit_cpu.yaml's, its LM head tied to the embeddings
     linear = layers * (2 * h * h + 2 * h * kv + 3 * h * inter) + vocab * h
     assert counted["variants"]["mixed"]["weight_copy_bytes"] == 2 * linear
     assert counted["variants"]["pure_bf16"]["weight_copy_bytes"] == 0
@@ -72,6 +74,10 @@ def test_a_variant_that_cannot_run_records_its_error_and_the_others_are_counted(
     assert (
         variants["pure_bf16"]["layer_bytes_per_token"] > 0 and variants["mixed"]["layer_bytes_per_token"] > 0
     )
+    if importlib.util.find_spec("liger_kernel") is None:  # each got as far as Liger's patch
+        assert {variants[n]["error"] for n in ("pure_bf16+liger", "mixed+liger")} == {
+            "ModuleNotFoundError: No module named 'liger_kernel'"
+        }
 
 
 def test_the_recorded_granite_count_and_the_docs_figures():
