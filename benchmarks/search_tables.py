@@ -9,7 +9,9 @@ Two kinds of table:
 * evidence: seven tables shaped by the published measurements of ``benchmarks/evidence/`` (A10G,
   L4, H100, H200; 3B-70B, LoRA and full; one or two nodes), from a model of their own whose
   constants are read from those rows (section "the evidence tables" below), written as
-  ``benchmarks/results/tables/evidence-<name>.csv`` with their studies.
+  ``benchmarks/results/tables/evidence-<name>.csv`` with their studies; seven more, held out
+  (:data:`EVIDENCE_HELD_OUT_SCENARIOS`: written after the default search was settled, run once),
+  with the activations of a counted transformers layer.
 
 The model (deliberately simple; every constant is here):
 
@@ -92,6 +94,9 @@ flash_attention_2, pure_bf16, liger, adamw_torch_fused, no checkpointing), 6 con
     .venv/bin/python benchmarks/search_tables.py tables --tables evidence   # the evidence family (below)
     .venv/bin/python benchmarks/search_tables.py search --tables evidence --variants default optuna \
         --repeats 20 --n-trials 30 --sequences --out search_benchmark.evidence.json
+    .venv/bin/python benchmarks/search_tables.py tables --tables evidence-held-out
+    .venv/bin/python benchmarks/search_tables.py search --tables evidence-held-out --variants default optuna \
+        --repeats 20 --n-trials 30 --sequences --out search_benchmark.evidence-held-out.json
 """
 
 from __future__ import annotations
@@ -464,9 +469,15 @@ COMPILE_ROWS = ((225, 226), (228, 229))
 H200_ROWS = (255, 256)
 NVLINK_SHARE, PCIE_SHARE, NIC_SHARE = 0.8, 0.4, 0.8
 """Bus bandwidth reached, as a share of the link (assumptions; see above)."""
-FABRICS = {"ib-8x400": 8 * 400e9 / 8, "eth-25": 25e9 / 8}
-"""A node's network, bytes/s: eight 400 Gb/s InfiniBand NICs (torchtitan's clusters) or one
-25 Gb/s Ethernet link."""
+FABRICS = {"ib-8x400": 8 * 400e9 / 8, "ib-1x400": 400e9 / 8, "eth-25": 25e9 / 8}
+"""A node's network, bytes/s: eight 400 Gb/s InfiniBand NICs (torchtitan's clusters), one (a
+one-GPU GH200 node's), or one 25 Gb/s Ethernet link."""
+COUNTED_ACTIVATIONS = (30, 4, 8)
+"""Bytes a token and layer that a transformers decoder layer saves under the Trainer's bf16
+autocast, per hidden unit, key-value unit and intermediate unit: ``30h + 4kv + 8I``, as counted by
+``benchmarks/activation_bytes.py`` (``activation_bytes.cpu.json``'s ``mixed`` variant;
+``tests/test_search_evidence.py`` checks the formula against it). The held-out family's
+activations; the seven tables keep Korthikanti et al.'s ``2 (6h + 2kv + 3I)``."""
 LORA_R = 16
 
 
@@ -533,7 +544,7 @@ def card(label: str) -> Card:
         k: {s: _median([float(rows[str(i)]["mfu_6n_derived"]) for i in ids]) for s, ids in v.items()}
         for k, v in MFU_ROWS.items()
     }
-    if label.startswith("NVIDIA-H100"):
+    if label.startswith(("NVIDIA-H100", "NVIDIA-GH200")):  # GH200: an H100-class Hopper GPU
         mfu = by_size["H100"]
     elif label.startswith("NVIDIA-H200"):
         p = 8.03e9
@@ -584,6 +595,7 @@ SHAPES = {  # each model's config.json on the Hugging Face Hub
     "qwen2.5-3b": Shape("qwen2.5-3b", "qwen2", 2048, 11008, 36, 16, 2, 151936, True),
     "qwen2.5-14b": Shape("qwen2.5-14b", "qwen2", 5120, 13824, 48, 40, 8, 152064, False),
     "qwen2.5-32b": Shape("qwen2.5-32b", "qwen2", 5120, 27648, 64, 40, 8, 152064, False),
+    "mistral-7b": Shape("mistral-7b-v0.1", "mistral", 4096, 14336, 32, 32, 8, 32000, False),
 }
 
 
@@ -600,6 +612,10 @@ class Scenario:
     batches: tuple[int, ...]
     gpus: tuple[int, ...]
     why: str
+    activations: str = "korthikanti"
+    """How a layer's saved activations are priced: ``korthikanti`` (``2 (6h + 2kv + 3I)`` bytes a
+    token, a checkpointed layer its bf16 input) or ``counted`` (:data:`COUNTED_ACTIVATIONS`, a
+    checkpointed layer its fp32 input: autocast keeps the residual stream in the weights' fp32)."""
 
 
 EVIDENCE_SCENARIOS = (
@@ -698,13 +714,118 @@ EVIDENCE_SCENARIOS = (
 """The evidence family: ``evidence-<name>.csv`` and ``search_studies/evidence-<name>.yaml``."""
 
 
+EVIDENCE_HELD_OUT_SCENARIOS = (
+    Scenario(
+        "llama8b-l40s-x4-full",
+        "llama-3.1-8b",
+        "full",
+        "NVIDIA-L40S",
+        4,
+        1,
+        "eth-25",
+        2048,
+        (4, 8, 16, 32),
+        (1, 2, 4),
+        "8B full on 4 x 48 GB PCIe cards: only sharding over several holds the states",
+        "counted",
+    ),
+    Scenario(
+        "qwen14b-a100-80-2node-eth25-lora",
+        "qwen2.5-14b",
+        "lora",
+        "NVIDIA-A100-SXM4-80GB",
+        8,
+        2,
+        "eth-25",
+        4096,
+        (8, 16, 32, 64),
+        (1, 2, 4, 8, 16),
+        "14B LoRA on long entries, 2 x 8 A100-80GB behind 25 Gb/s Ethernet",
+        "counted",
+    ),
+    Scenario(
+        "qwen32b-gb200x4-full",
+        "qwen2.5-32b",
+        "full",
+        "NVIDIA-GB200",
+        4,
+        1,
+        "eth-25",
+        4096,
+        (4, 8, 16, 32),
+        (1, 2, 4),
+        "32B full on a GB200 tray of four 186 GB cards",
+        "counted",
+    ),
+    Scenario(
+        "llama8b-gh200-4node-ib-full",
+        "llama-3.1-8b",
+        "full",
+        "NVIDIA-GH200-480GB",
+        1,
+        4,
+        "ib-1x400",
+        4096,
+        (4, 8, 16, 32),
+        (1, 2, 4),
+        "8B full on four one-GPU GH200 nodes: every second GPU is across the network",
+        "counted",
+    ),
+    Scenario(
+        "mistral7b-rtx4090x4-lora",
+        "mistral-7b",
+        "lora",
+        "NVIDIA-GeForce-RTX-4090",
+        4,
+        1,
+        "eth-25",
+        1024,
+        (4, 8, 16),
+        (1, 2, 4),
+        "7B LoRA on 4 x 24 GB consumer cards over PCIe: the base barely fits one",
+        "counted",
+    ),
+    Scenario(
+        "llama70b-a100-80-4node-ib-full",
+        "llama-3.1-70b",
+        "full",
+        "NVIDIA-A100-SXM4-80GB",
+        8,
+        4,
+        "ib-8x400",
+        2048,
+        (16, 32, 64, 128),
+        (8, 16, 32),
+        "70B full on 4 x 8 A100-80GB on InfiniBand: one node cannot hold it",
+        "counted",
+    ),
+    Scenario(
+        "qwen14b-h100x8-full",
+        "qwen2.5-14b",
+        "full",
+        "NVIDIA-H100-80GB-HBM3",
+        8,
+        1,
+        "eth-25",
+        4096,
+        (8, 16, 32, 64),
+        (2, 4, 8),
+        "14B full on one 8 x H100 node, long sequences",
+        "counted",
+    ),
+)
+"""The held-out evidence family (``--tables evidence-held-out``), written after the default
+search was settled and run once: other cards (L40S, GB200, GH200, RTX 4090, A100 across four
+nodes), other models (Mistral-7B, Qwen2.5-14B, 70B full), and the counted activations."""
+
+
 def mfu_at(c: Card, params: float, tokens: float) -> float:
     size = min(c.mfu, key=lambda s: abs(math.log(s / params)))
     th = t_half()
     return c.mfu[size] * (tokens / (tokens + th)) / (T_TOKENS_NORM / (T_TOKENS_NORM + th))
 
 
-def evidence_memory_gib(m: Shape, lora: bool, cfg: Any, seq: int) -> float:
+def evidence_memory_gib(m: Shape, lora: bool, cfg: Any, seq: int, activations: str = "korthikanti") -> float:
     n, b = cfg.number_gpus, cfg.batch_size // cfg.number_gpus
     fsdp = cfg.distributed_backend == "FSDP"
     strategy = cfg.fsdp_sharding_strategy if fsdp else "DDP"
@@ -718,11 +839,13 @@ def evidence_memory_gib(m: Shape, lora: bool, cfg: Any, seq: int) -> float:
         held = 2 * m.params + (states - weights) / n if not lora else weights + 16 * trainable / n
     else:
         held = states + (4 * trainable if n > 1 else 0.0)
-    full = 2 * (6 * m.hidden + 2 * m.kv + 3 * m.intermediate)
+    if activations == "counted":
+        per_h, per_kv, per_i = COUNTED_ACTIVATIONS
+        full, kept_input = per_h * m.hidden + per_kv * m.kv + per_i * m.intermediate, 4 * m.hidden
+    else:
+        full, kept_input = 2 * (6 * m.hidden + 2 * m.kv + 3 * m.intermediate), 2 * m.hidden
     tokens = b * seq
-    acts = (
-        (2 * m.hidden * m.layers + full) * tokens if cfg.gradient_checkpointing else full * m.layers * tokens
-    )
+    acts = (kept_input * m.layers + full) * tokens if cfg.gradient_checkpointing else full * m.layers * tokens
     logits = 10 * m.vocab * tokens
     fsdp2 = fsdp and cfg.fsdp_version == 2
     reserve = 1.03 if (fsdp2 or n == 1) else 1.08
@@ -756,7 +879,7 @@ def evidence_step_seconds(m: Shape, lora: bool, c: Card, sc: Scenario, cfg: Any)
 
 def evidence_row(sc: Scenario, c: Card, cfg: Any) -> dict[str, Any]:
     m, lora = SHAPES[sc.shape], sc.method == "lora"
-    mem = evidence_memory_gib(m, lora, cfg, sc.seq)
+    mem = evidence_memory_gib(m, lora, cfg, sc.seq, sc.activations)
     fits = mem <= c.capacity_gib
     step = evidence_step_seconds(m, lora, c, sc, cfg)
     clean = cfg.batch_size // cfg.number_gpus * sc.seq / step
@@ -793,7 +916,7 @@ def _lognormal(key: str, sigma: float = 0.02) -> float:
 def evidence_study_text(sc: Scenario) -> str:
     m = SHAPES[sc.shape]
     method = f"{{kind: lora, r: {LORA_R}}}" if sc.method == "lora" else "{kind: full}"
-    nodes = [1, 2] if sc.nodes > 1 else None
+    nodes = [2**k for k in range(sc.nodes.bit_length())] if sc.nodes > 1 else None
     lines = [
         f"    batch_size: {{values: [{', '.join(map(str, sc.batches))}]}}",
         f"    number_gpus: {{values: [{', '.join(map(str, sc.gpus))}]}}",
@@ -863,18 +986,28 @@ def evidence_rows(sc: Scenario) -> list[dict[str, Any]]:
     ]
 
 
+def _evidence_groups(names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` with ``evidence`` and ``evidence-held-out`` replaced by their tables' file names."""
+    for group, scenarios in (
+        ("evidence", EVIDENCE_SCENARIOS),
+        ("evidence-held-out", EVIDENCE_HELD_OUT_SCENARIOS),
+    ):
+        if group in names:
+            names = tuple(n for n in names if n != group) + tuple(
+                f"evidence-{sc.name}.csv" for sc in scenarios
+            )
+    return names
+
+
 def write_tables(only: tuple[str, ...] = ()) -> list[Path]:
     """Write the modelled tables (``only``: those file names)."""
     TABLES.mkdir(parents=True, exist_ok=True)
     makers: dict[str, Any] = {f"model-{m.name}.csv": (lambda m=m: model_rows(m)) for m in MODELS.values()}
     makers["model-granite-3.1-2b-wide.csv"] = lambda: model_rows(MODELS["granite-3.1-2b"], **WIDE)  # type: ignore[arg-type]
     makers[KNOBS_TABLE] = knobs_rows
-    for sc in EVIDENCE_SCENARIOS:
+    for sc in (*EVIDENCE_SCENARIOS, *EVIDENCE_HELD_OUT_SCENARIOS):
         makers[f"evidence-{sc.name}.csv"] = lambda sc=sc: (write_evidence_study(sc), evidence_rows(sc))[1]
-    if "evidence" in only:
-        only = tuple(n for n in only if n != "evidence") + tuple(
-            n for n in makers if n.startswith("evidence-")
-        )
+    only = _evidence_groups(only)
     paths = []
     for name, make in makers.items():
         if only and name not in only:
@@ -917,7 +1050,10 @@ OTHER_STUDIES = (
         f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
         for n in (*KNOB_SCENARIOS, *HELD_OUT_SCENARIOS)
     }
-    | {f"evidence-{sc.name}.csv": EVIDENCE_STUDIES / f"evidence-{sc.name}.yaml" for sc in EVIDENCE_SCENARIOS}
+    | {
+        f"evidence-{sc.name}.csv": EVIDENCE_STUDIES / f"evidence-{sc.name}.yaml"
+        for sc in (*EVIDENCE_SCENARIOS, *EVIDENCE_HELD_OUT_SCENARIOS)
+    }
 )
 """Tables ``search`` runs only when named (``--tables``)."""
 
@@ -942,10 +1078,7 @@ def search(
     for group, names in (("knobs", KNOB_SCENARIOS), ("held-out", HELD_OUT_SCENARIOS)):
         if group in tables:
             tables = tuple(t for t in tables if t != group) + tuple(f"knobs-{n}.csv" for n in names)
-    if "evidence" in tables:
-        tables = tuple(t for t in tables if t != "evidence") + tuple(
-            f"evidence-{sc.name}.csv" for sc in EVIDENCE_SCENARIOS
-        )
+    tables = _evidence_groups(tables)
     studies = {t: (STUDIES | OTHER_STUDIES)[t] for t in tables} if tables else STUDIES
     name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
     result = {}
@@ -1066,7 +1199,7 @@ def main() -> int:
         nargs="+",
         default=[],
         help=f"tables: write only these; search: run only these (default: {', '.join(STUDIES)}; "
-        f"also {', '.join(OTHER_STUDIES)})",
+        f"also {', '.join(OTHER_STUDIES)}; the groups knobs, held-out, evidence, evidence-held-out)",
     )
     parser.add_argument("--variants", nargs="+", default=[], help="search: only these variants")
     parser.add_argument("--out", help="search: the result file's name under benchmarks/results/")

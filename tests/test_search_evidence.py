@@ -1,7 +1,7 @@
-"""The evidence tables' search figures (``benchmarks/results/search_benchmark.evidence.json``):
-recomputable from the per-seed sequences they record, each sequence's scores those of the table it
-ran on, and a table rebuilt from its model (``benchmarks/search_tables.py``) equal to the committed
-CSV."""
+"""The evidence tables' search figures (``benchmarks/results/search_benchmark.evidence.json``, and
+``search_benchmark.evidence-held-out.json`` for the held-out family): recomputable from the
+per-seed sequences they record, each sequence's scores those of the table it ran on, and a table
+rebuilt from its model (``benchmarks/search_tables.py``) equal to the committed CSV."""
 
 from __future__ import annotations
 
@@ -20,9 +20,13 @@ import pytest
 from explorer.search_benchmark import NOISE_FREE, runs_of, summarize_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT = ROOT / "benchmarks" / "results" / "search_benchmark.evidence.json"
+RESULTS = {
+    "evidence": ROOT / "benchmarks" / "results" / "search_benchmark.evidence.json",
+    "held-out": ROOT / "benchmarks" / "results" / "search_benchmark.evidence-held-out.json",
+}
 TABLES = ROOT / "benchmarks" / "results" / "tables"
 SMALLEST = "evidence-qwen3b-l4x2-lora"
+SMALLEST_HELD_OUT = "evidence-mistral7b-rtx4090x4-lora"
 
 
 @cache
@@ -35,23 +39,47 @@ def _module():
 
 
 @cache
-def _result() -> dict:
-    return json.loads(RESULT.read_text())
+def _result(family: str = "evidence") -> dict:
+    return json.loads(RESULTS[family].read_text())
 
 
-def test_every_evidence_table_was_run_with_both_variants():
-    names = {f"evidence-{sc.name}.csv" for sc in _module().EVIDENCE_SCENARIOS}
+def _scenarios(family: str) -> tuple:
+    st = _module()
+    return st.EVIDENCE_SCENARIOS if family == "evidence" else st.EVIDENCE_HELD_OUT_SCENARIOS
+
+
+@pytest.mark.parametrize("family", sorted(RESULTS))
+def test_every_evidence_table_was_run_with_both_variants(family: str):
+    names = {f"evidence-{sc.name}.csv" for sc in _scenarios(family)}
     assert len(names) >= 7
-    assert set(_result()) == names
-    for figures in _result().values():
+    assert set(_result(family)) == names
+    for figures in _result(family).values():
         assert set(figures["variants"]) == {"default", "optuna"}
         assert figures["scored_by"] == NOISE_FREE
 
 
+def test_the_held_out_family_shares_no_table_with_the_seven():
+    st = _module()
+    seven = {sc.name for sc in st.EVIDENCE_SCENARIOS}
+    assert seven.isdisjoint(sc.name for sc in st.EVIDENCE_HELD_OUT_SCENARIOS)
+    assert {sc.activations for sc in st.EVIDENCE_SCENARIOS} == {"korthikanti"}
+    assert {sc.activations for sc in st.EVIDENCE_HELD_OUT_SCENARIOS} == {"counted"}
+
+
+def test_the_counted_activations_are_the_counted_layer():
+    """The held-out family's ``30h + 4kv + 8I`` against ``activation_bytes.cpu.json``'s count of a
+    granite-3.1-2b layer under bf16 autocast (the Trainer's ``bf16=True``)."""
+    counted = json.loads((ROOT / "benchmarks" / "results" / "activation_bytes.cpu.json").read_text())
+    per_h, per_kv, per_i = _module().COUNTED_ACTIVATIONS
+    formula = per_h * counted["hidden"] + per_kv * counted["kv"] + per_i * counted["intermediate"]
+    assert formula == pytest.approx(counted["variants"]["mixed"]["layer_bytes_per_token"], rel=0.02)
+
+
+@pytest.mark.parametrize("family", sorted(RESULTS))
 @pytest.mark.parametrize("variant", ["default", "optuna"])
-def test_figures_recompute_from_the_recorded_sequences(variant: str):
+def test_figures_recompute_from_the_recorded_sequences(family: str, variant: str):
     medians, after = [], []
-    for figures in _result().values():
+    for figures in _result(family).values():
         recorded = figures["variants"][variant]
         runs = runs_of(variant, recorded["sequences"])
         assert len(runs) == recorded["runs"] == figures["seeds"][1] - figures["seeds"][0] + 1
@@ -71,13 +99,14 @@ def test_figures_recompute_from_the_recorded_sequences(variant: str):
         assert statistics.mean(after) >= 0.99
 
 
-def test_recorded_scores_are_the_tables_noise_free_values():
+@pytest.mark.parametrize(("family", "smallest"), [("evidence", SMALLEST), ("held-out", SMALLEST_HELD_OUT)])
+def test_recorded_scores_are_the_tables_noise_free_values(family: str, smallest: str):
     from explorer.search_benchmark import valid_index
     from explorer.study_file import load_study
 
-    name = f"{SMALLEST}.csv"
+    name = f"{smallest}.csv"
     loaded = load_study(
-        ROOT / "benchmarks" / "search_studies" / f"{SMALLEST}.yaml",
+        ROOT / "benchmarks" / "search_studies" / f"{smallest}.yaml",
         replay_table=TABLES / name,
         check_model=False,
     )
@@ -90,7 +119,7 @@ def test_recorded_scores_are_the_tables_noise_free_values():
         if config.key() in index:
             (row,) = (_row_value(r) for r in loaded.replay_table.lookup(config))
             by_index[index[config.key()]] = row
-    figures = _result()[name]
+    figures = _result(family)[name]
     best = max(v for v in by_index.values() if v is not None)
     assert figures["best"] == pytest.approx(best)
     for variant in ("default", "optuna"):
@@ -103,17 +132,19 @@ def _row_value(row) -> float | None:
     return row.values[NOISE_FREE] if row.valid else None
 
 
-def test_a_table_rebuilt_from_the_model_is_the_committed_one():
+@pytest.mark.parametrize("smallest", [SMALLEST, SMALLEST_HELD_OUT])
+def test_a_table_rebuilt_from_the_model_is_the_committed_one(smallest: str):
     st = _module()
-    (sc,) = [s for s in st.EVIDENCE_SCENARIOS if f"evidence-{s.name}" == SMALLEST]
-    study = ROOT / "benchmarks" / "search_studies" / f"{SMALLEST}.yaml"
+    scenarios = (*st.EVIDENCE_SCENARIOS, *st.EVIDENCE_HELD_OUT_SCENARIOS)
+    (sc,) = [s for s in scenarios if f"evidence-{s.name}" == smallest]
+    study = ROOT / "benchmarks" / "search_studies" / f"{smallest}.yaml"
     assert study.read_text() == st.evidence_study_text(sc)
     rows = st.evidence_rows(sc)
     buf = io.StringIO(newline="")
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
-    with (TABLES / f"{SMALLEST}.csv").open(newline="") as fh:
+    with (TABLES / f"{smallest}.csv").open(newline="") as fh:
         assert buf.getvalue() == fh.read()
 
 
@@ -166,11 +197,12 @@ def _cell(median: float | None, p90: float | None = None) -> str:
     return one(median) if p90 is None else f"{one(median)} ({one(p90)})"
 
 
-def test_the_docs_show_each_tables_recomputed_figures():
-    """docs/benchmarks.md's table of the evidence runs: each row's default median (p90) and best
+@pytest.mark.parametrize("family", sorted(RESULTS))
+def test_the_docs_show_each_tables_recomputed_figures(family: str):
+    """docs/benchmarks.md's tables of the evidence runs: each row's default median (p90) and best
     after 20, and TPE's median and best after 20, as recomputed from the recorded sequences."""
     text = (ROOT / "docs" / "benchmarks.md").read_text()
-    for table, figures in _result().items():
+    for table, figures in _result(family).items():
         cells = []
         for variant in ("default", "optuna"):
             again = summarize_runs(
