@@ -1047,8 +1047,9 @@ HELD_OUT_SCENARIOS = ("phi3-mini-h200x8-short", "gemma2-2b-l4x2-lora-long", "qwe
 OTHER_STUDIES = (
     {KNOBS_TABLE: KNOBS_STUDY}
     | {
-        f"knobs-{n}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
+        f"knobs-{n}{suffix}.csv": ROOT / "benchmarks" / "search_studies" / "knobs" / f"{n}.yaml"
         for n in (*KNOB_SCENARIOS, *HELD_OUT_SCENARIOS)
+        for suffix in ("", "-certified")
     }
     | {
         f"evidence-{sc.name}.csv": EVIDENCE_STUDIES / f"evidence-{sc.name}.yaml"
@@ -1076,8 +1077,11 @@ def search(
     from explorer.study_file import load_study
 
     for group, names in (("knobs", KNOB_SCENARIOS), ("held-out", HELD_OUT_SCENARIOS)):
-        if group in tables:
-            tables = tuple(t for t in tables if t != group) + tuple(f"knobs-{n}.csv" for n in names)
+        for suffix in ("", "-certified"):
+            if group + suffix in tables:
+                tables = tuple(t for t in tables if t != group + suffix) + tuple(
+                    f"knobs-{n}{suffix}.csv" for n in names
+                )
     tables = _evidence_groups(tables)
     studies = {t: (STUDIES | OTHER_STUDIES)[t] for t in tables} if tables else STUDIES
     name = out or ("search_benchmark.json" if first_seed == 0 else f"search_benchmark.seeds{first_seed}.json")
@@ -1199,7 +1203,7 @@ def main() -> int:
         nargs="+",
         default=[],
         help=f"tables: write only these; search: run only these (default: {', '.join(STUDIES)}; "
-        f"also {', '.join(OTHER_STUDIES)}; the groups knobs, held-out, evidence, evidence-held-out)",
+        f"also {', '.join(OTHER_STUDIES)}; the groups knobs, held-out, knobs-certified, held-out-certified, evidence, evidence-held-out)",
     )
     parser.add_argument("--variants", nargs="+", default=[], help="search: only these variants")
     parser.add_argument("--out", help="search: the result file's name under benchmarks/results/")

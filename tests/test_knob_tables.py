@@ -1,5 +1,6 @@
 """The issue-23 tables (benchmarks/knob_tables.py): recorded as written, recomputable from their
-model, and able to say no to the registry's orders (each failure mode holds in some table)."""
+model, and able to say no to the registry's orders (each failure mode holds in some table); their
+certified versions, whose varying-shape rows carry the worst-case step's peak as a trial does."""
 
 from __future__ import annotations
 
@@ -51,11 +52,12 @@ def _pairs(
     return [(v[a], v[b]) for v in by.values() if a in v and b in v]
 
 
-def test_each_table_is_the_one_recorded_and_small_enough_for_git():
-    recorded = json.loads((TABLES / "knobs-tables.sha256.json").read_text())
+@pytest.mark.parametrize("suffix", ["", "-certified"])
+def test_each_table_is_the_one_recorded_and_small_enough_for_git(suffix: str):
+    recorded = json.loads((TABLES / f"knobs{suffix}-tables.sha256.json").read_text())
     assert len(recorded) >= 6
     for name, facts in recorded.items():
-        packed = table_file(TABLES / f"knobs-{name}.csv")  # kept gzipped: the tree travels to GPUs
+        packed = table_file(TABLES / f"knobs-{name}{suffix}.csv")  # kept gzipped: the tree travels to GPUs
         data = gzip.decompress(packed.read_bytes()) if packed.suffix == ".gz" else packed.read_bytes()
         assert hashlib.sha256(data).hexdigest() == facts["sha256"], name
         assert packed.stat().st_size < 2**20 and facts["configurations"] > 10_000, name
@@ -83,6 +85,56 @@ def test_a_sample_of_rows_follows_from_the_model():
         assert row.valid == bool(fresh["is_valid"]), c.key()
         assert row.values.get(CLEAN, 0.0) == pytest.approx(fresh[CLEAN], rel=1e-6)
         assert row.values["wall_seconds"] == pytest.approx(fresh["wall_seconds"], rel=1e-6)
+
+
+def test_a_certified_table_is_the_first_with_its_varying_shape_rows_at_the_worst_case():
+    """The certified table's rows against the first's: the same configurations and throughput; a
+    ``max_length`` row the same peak; a ``longest`` or ``packed`` row the peak of ``b`` entries of
+    ``s`` tokens (recomputed from the model for a sample), never below the sampled batches'."""
+    from explorer.study_file import load_study
+    from explorer.validity import invalid_reason
+
+    tables = _module()
+    name = "llama-8b-h100x4-lora-long"
+    (sc,) = [s for s in tables.SCENARIOS if s.name == name]
+    with open_table(TABLES / f"knobs-{name}-certified.csv") as fh:
+        certified = list(csv.DictReader(fh))
+    first = _rows(name)
+    assert len(certified) == len(first)
+    moved = 0
+    for a, b in zip(first, certified, strict=True):
+        assert _key(a, but=()) == _key(b, but=())
+        if b["is_valid"] == "1":
+            assert a["is_valid"] == "1" and a[CLEAN] == b[CLEAN]
+            if a["padding"] == "max_length":
+                assert a["peak_memory_gib"] == b["peak_memory_gib"]
+            else:
+                assert float(b["peak_memory_gib"]) >= float(a["peak_memory_gib"])
+        elif a["is_valid"] == "1":
+            moved += 1
+            assert a["padding"] != "max_length"
+    assert moved > 0.2 * sum(r["is_valid"] == "1" for r in first)
+    loaded = load_study(tables.STUDIES / f"{name}.yaml", check_model=False)
+    configs = [c for c in loaded.space.enumerate() if invalid_reason(c, loaded.spec.resources) is None]
+    card = tables.ARCHS[sc.arch], tables.GPUS[sc.gpu]
+    for c, row in list(zip(configs, certified, strict=True))[::997]:
+        if c.padding == "max_length" or row["is_valid"] != "1":
+            continue
+        work = tables.worst_case_work(c.padding, c.per_device_batch_size, c.model_max_length)
+        peak = tables.memory_gib(*card, c, work, sc.method == "lora")
+        assert float(row["peak_memory_gib"]) == pytest.approx(peak, abs=0.006)
+
+
+def test_the_first_tables_best_runs_out_of_memory_at_the_worst_case_step():
+    """Each first table's best is a ``packed`` row that the worst-case step does not hold: the
+    certified table does not have it among its fitting rows."""
+    recorded = json.loads((TABLES / "knobs-tables.sha256.json").read_text())
+    certified = json.loads((TABLES / "knobs-certified-tables.sha256.json").read_text())
+    assert set(recorded) == set(certified)
+    for name, facts in recorded.items():
+        assert facts["best_configuration"]["padding"] == "packed", name
+        assert certified[name]["fit"] < facts["fit"], name
+        assert certified[name]["best"] <= facts["best"], name
 
 
 def test_the_fastest_simple_start_cannot_hold_an_8b_full_fine_tune_on_40gb_cards():
