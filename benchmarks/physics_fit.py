@@ -171,7 +171,7 @@ def architecture(row: dict[str, str]) -> dict[str, Any] | None:
     if heads is None:
         heads = hidden // 64 if hidden <= 1024 else hidden // 128
     return {
-        "model_type": "llama" if gated else "mpt",
+        "model_type": "granite" if row["model"].startswith("granite") else "llama" if gated else "mpt",
         "hidden_size": hidden,
         "num_hidden_layers": int(row["layers"]),
         "num_attention_heads": heads,

@@ -75,7 +75,9 @@ def family_of(row: dict[str, str], columns: list[str]) -> tuple[tuple[str, str],
 
 def load(name: str) -> tuple[list[ScalingPoint], int]:
     """The table's points, and the rows read."""
-    with (TABLES / f"{name}.csv").open(newline="") as fh:
+    from explorer.paths import open_table
+
+    with open_table(TABLES / f"{name}.csv") as fh:
         reader = csv.DictReader(fh)
         header = list(reader.fieldnames or [])
         rows = list(reader)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from explorer.paths import open_table
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -375,7 +377,7 @@ def test_knobs_search_benchmark_recomputes_from_each_runs_count():
     result = json.loads((RESULTS / KNOBS_RESULT).read_text())
     (name, table), *others = result.items()
     assert name == "model-granite-3.1-2b-knobs.csv" and not others
-    with (RESULTS / "tables" / name).open(newline="") as fh:
+    with open_table(RESULTS / "tables" / name) as fh:
         rows = list(csv.DictReader(fh))
     assert table["configurations_missing"] == 0 and table["configurations_in_table"] == len(rows)
     best = max(float(r["dataset_tokens_per_second_per_gpu"]) for r in rows if r["is_valid"] == "1")

@@ -123,12 +123,12 @@ def test_recorded_figures_recompute_from_the_sequences(path):
 @pytest.mark.parametrize("path", PATHS, ids=IDS)
 def test_docs_show_the_recomputed_figures(path):
     result = _result(path)
-    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    lines = set((ROOT / "docs" / "benchmarks.md").read_text().splitlines())
     for line in rows(result):
-        assert line in text, line
+        assert line in lines, line
     for variant in next(iter(result.values()))["variants"]:
         s = summary(result, variant)
-        assert f"| {variant} | {_cell(s['median'])} | {s['best_after_20']:.3f} |" in text, variant
+        assert f"| {variant} | {_cell(s['median'])} | {s['best_after_20']:.3f} |" in lines, variant
 
 
 def test_the_recorded_run_meets_the_issue_targets():
@@ -230,7 +230,7 @@ def test_the_current_search_against_before_the_physics_fit():
 
 @pytest.mark.parametrize(
     ("name", "table_gib", "physics_gib"),
-    [("llama-8b-h100x4-lora-long", 71.7, 443.5), ("granite-2b-a100-80x4-compile", 60.45, 586.7)],
+    [("llama-8b-h100x4-lora-long", 71.7, 443.5), ("granite-2b-a100-80x4-compile", 60.45, 639.9)],
 )
 def test_the_knob_tables_best_peaks_are_far_below_the_physics(name, table_gib, physics_gib):
     """docs/benchmarks.md's why: the table's best configuration, its peak in the table and the

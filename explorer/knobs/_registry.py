@@ -22,6 +22,8 @@ from explorer.knobs._knob import Axis, Condition, Config, Knob, Needs, Rule, fra
 __all__ = [
     "ATTENTION",
     "BACKENDS",
+    "LIGER_MODEL_TYPES",
+    "LIGER_UNFUSED_LOSS_MODEL_TYPES",
     "OPTIMIZERS",
     "PADDINGS",
     "PRECISIONS",
@@ -104,6 +106,10 @@ LIGER_MODEL_TYPES = frozenset(
 liger-kernel's ``transformers/monkey_patch.py``, 2026-11): copied, because liger-kernel needs
 triton and CUDA, so the machine that validates a study may not have it. The worker reads the
 installed package's own table."""
+LIGER_UNFUSED_LOSS_MODEL_TYPES = frozenset(["granite"])
+"""The model types of :data:`LIGER_MODEL_TYPES` whose Liger patch replaces torch's cross entropy
+but not the model's forward (``apply_liger_kernel_to_granite``'s ``fused_linear_cross_entropy``
+defaults to False, granite scaling its logits): the logits are still built."""
 SHARDING = Axis("ordered", ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD"))
 """The sharding strategies by memory per device, least first (each step up gathers more);
 HYBRID_SHARD is compared only with itself. By speed the order is the same: less sharding, fewer

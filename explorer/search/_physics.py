@@ -79,7 +79,7 @@ from explorer.errors import SpecError
 from explorer.flops import FlopModel
 from explorer.gpus import Gpu, gpu_figures, is_cpu_model, lookup, missing_figures
 from explorer.hardware import CPU_MODEL
-from explorer.knobs import knobs
+from explorer.knobs import LIGER_UNFUSED_LOSS_MODEL_TYPES, knobs
 from explorer.search._calibrate import PhysicsParts, exposed
 from explorer.spec import ResourcesSpec, WorkloadSpec
 from explorer.trial_config import TrialConfig
@@ -106,6 +106,11 @@ hidden size) imply 8 a unit. An ungated MLP saves half."""
 SCORE_BYTES = 5.0
 """Bytes per token, layer, head and key of eager attention's saved scores (Korthikanti et al.
 2022, table 2)."""
+LIGER_CE_LOGIT_BYTES = 8.0
+"""Bytes per token and vocabulary entry of the logits where Liger replaces only torch's cross
+entropy (:data:`explorer.knobs.LIGER_UNFUSED_LOSS_MODEL_TYPES`): the bf16 logits, their fp32
+upcast, which Liger's kernel overwrites with its gradient in the forward, and the bf16 gradient
+(2 + 4 + 2; Liger-Kernel src/liger_kernel/ops/cross_entropy.py)."""
 LOGIT_BYTES = 12.0
 """Bytes per token and vocabulary entry of the logits of an HF model's own loss: the fp32 upcast and
 its gradient (4 + 4) and part of the bf16 logits and log-softmax alive beside them; fitted from a
@@ -254,6 +259,8 @@ class _Arch:
     kv: int
     vocab: int
     tied: bool
+    fused_liger_loss: bool
+    """Whether Liger's patch of this model type fuses the LM head into the loss (no logits)."""
 
     @classmethod
     def of(cls, arch: dict[str, Any]) -> _Arch:
@@ -268,6 +275,7 @@ class _Arch:
             kv=int(arch.get("num_key_value_heads", heads)),
             vocab=int(arch.get("vocab_size", 32000)),
             tied=bool(arch.get("tie_word_embeddings", False)),
+            fused_liger_loss=str(arch.get("model_type", "llama")) not in LIGER_UNFUSED_LOSS_MODEL_TYPES,
         )
 
     @property
@@ -381,7 +389,9 @@ class JobPhysics:
         )
         if _dense_packed(c):
             acts += row * row * (1.0 if c.attn_implementation == "sdpa" else 2.0)
-        logits = 0.0 if c.liger_kernel else tokens * a.vocab * LOGIT_BYTES
+        logits = tokens * a.vocab * (LIGER_CE_LOGIT_BYTES if c.liger_kernel else LOGIT_BYTES)
+        if c.liger_kernel and a.fused_liger_loss:
+            logits = 0.0  # Liger's fused linear cross entropy builds them a chunk at a time
         # the gradients fill as the backward frees the activations and logits, and the foreach
         # step's temporaries come after it: only what they exceed those by adds to the peak
         copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
