@@ -26,7 +26,9 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   block-diagonal mask covers that whole row's square (``row^2`` bytes, sdpa's boolean; eager's
   scores span the row too), which flash attention's variable-length kernels do without;
 * logits: ``tokens x vocab x LOGIT_BYTES`` (the fp32 upcast and its gradient; fitted), which
-  Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024);
+  Liger's fused linear cross-entropy computes in chunks instead (Liger-Kernel paper, Hsu et al. 2024),
+  except on the model types whose Liger patch replaces only torch's cross entropy (granite):
+  ``LIGER_CE_LOGIT_BYTES`` there;
   Liger's SwiGLU saves three of a gated MLP's four intermediate-width tensors (its source);
 * gradients: ``zero_grad(set_to_none=True)`` frees them after each step, so they fill only as the
   backward frees the activations and logits (and with the optimizer step's temporaries add what
