@@ -137,6 +137,29 @@ def test_the_first_tables_best_runs_out_of_memory_at_the_worst_case_step():
         assert certified[name]["best"] <= facts["best"], name
 
 
+def test_the_docs_figures_of_the_certified_tables():
+    """docs/benchmarks.md's ranges (configurations that fit, best against the first tables'),
+    recomputed from the two hash records."""
+    import re
+
+    first = json.loads((TABLES / "knobs-tables.sha256.json").read_text())
+    certified = json.loads((TABLES / "knobs-certified-tables.sha256.json").read_text())
+    fit = [certified[n]["fit"] for n in first]
+    before = [first[n]["fit"] for n in first]
+    ratio = {n: certified[n]["best"] / first[n]["best"] for n in first}
+    rest = [
+        v for n, v in ratio.items() if n not in ("granite-2b-h100x8-short", "granite-2b-a100-80x4-compile")
+    ]
+    said = (
+        f"{min(fit):,} to {max(fit):,} configurations fit where the first tables have {min(before):,} to "
+        f"{max(before):,}, and the best is {min(ratio.values()):.2f} to {max(ratio.values()):.2f} of the first "
+        f"tables' (granite on 8 x H100 {ratio['granite-2b-h100x8-short']:.2f}, granite with compile "
+        f"{ratio['granite-2b-a100-80x4-compile']:.2f}, the rest {min(rest):.2f} to {max(rest):.2f})"
+    )
+    page = re.sub(r"\s+", " ", (ROOT / "docs" / "benchmarks.md").read_text())
+    assert said in page, said
+
+
 def test_the_fastest_simple_start_cannot_hold_an_8b_full_fine_tune_on_40gb_cards():
     rows = _rows("llama-8b-a100-40x2-full")
     simple = [
