@@ -391,9 +391,11 @@ class JobPhysics:
         )
         if _dense_packed(c):
             acts += row * row * (1.0 if c.attn_implementation == "sdpa" else 2.0)
-        logits = tokens * a.vocab * (LIGER_CE_LOGIT_BYTES if c.liger_kernel else LOGIT_BYTES)
-        if c.liger_kernel and a.fused_liger_loss:
-            logits = 0.0  # Liger's fused linear cross entropy builds them a chunk at a time
+        # Liger's fused linear cross entropy builds them a chunk at a time; its plain one keeps them
+        logit_bytes = (
+            LOGIT_BYTES if not c.liger_kernel else 0.0 if a.fused_liger_loss else LIGER_CE_LOGIT_BYTES
+        )
+        logits = tokens * a.vocab * logit_bytes
         # the gradients fill as the backward frees the activations and logits, and the foreach
         # step's temporaries come after it: only what they exceed those by adds to the peak
         copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
