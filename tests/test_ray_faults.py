@@ -142,6 +142,10 @@ def test_a_dead_local_ray_ends_the_run_and_the_resume_measures_its_trials(
         time.sleep(0.5)
     assert not _alive(ray_procs), [(p.pid, p.name()) for p in _alive(ray_procs)]
 
+    # the resume's trials train 3 s: the first run's 10 s only kept a trial training when its Ray
+    # process was killed (the study file is read anew by each run; its job is unchanged)
+    measurement = {"stop": "seconds", "stop_after_seconds": 3, "trial_timeout_s": 120}
+    path = _study(write_study, tmp_path, measurement=measurement)
     with _driver(path, tmp_path, "resume") as (again, out, err):
         again.wait(timeout=300)
     assert again.returncode == 0, out.read_text() + err.read_text()
