@@ -310,8 +310,9 @@ def test_a_lost_node_fails_its_trial_in_one_line_without_rays_node_logs(
             "sampler": {"kind": "grid"},
             "resources": {"gpus_per_node": 2, "nodes": 2, "cpus_per_trial_process": 1},
             "launcher": {"address": cluster.address, "warm_start": False, "max_retries": 0},
-            # the node dies mid-training; a retry would wait for the dead node's placement (minutes)
-            "measurement": {"stop": "seconds", "stop_after_seconds": 20, "trial_timeout_s": 240},
+            # the node dies mid-training (3 s into its 10, after its ranks' start and warmup); a
+            # retry would wait for the dead node's placement (minutes)
+            "measurement": {"stop": "seconds", "stop_after_seconds": 10, "trial_timeout_s": 240},
             "search_space": {
                 "parameters": {
                     "batch_size": {"values": [4]},
