@@ -111,7 +111,7 @@ def test_status_polled_every_second_does_not_disturb_a_running_study(write_study
     path = write_study(
         {
             "storage": f"sqlite:///{db}",
-            "n_trials": 4,
+            "n_trials": 3,
             "sampler": {"kind": "tpe", "seed": 0, "n_startup_trials": 3},
             "search_space": {
                 "parameters": {
@@ -176,7 +176,7 @@ def test_status_polled_every_second_does_not_disturb_a_running_study(write_study
 
     study = open_study(load_study(path), create=False)
     trials = study.get_trials()
-    assert len(counted_trials(study)) == 4
+    assert len(counted_trials(study)) == 3
     assert not [t for t in trials if t.state == optuna.trial.TrialState.RUNNING]
     ran = [t for t in trials if status_of(t) in ("ok", "oom") and "reused_from" not in t.user_attrs]
     assert ran and all(Path(t.user_attrs["log_file"]).is_file() for t in ran)
