@@ -301,7 +301,7 @@ def test_a_study_runs_to_its_end_in_a_slurm_job(slurm, tmp_path):
 @pytest.mark.timeout(1800)
 def test_scancel_term_stops_the_study_and_a_resubmitted_job_resumes_it(slurm, tmp_path):
     study = _study(tmp_path)
-    job = slurm.submit(tmp_path, str(SBATCH), str(study), "--n-trials", "6")
+    job = slurm.submit(tmp_path, str(SBATCH), str(study), "--n-trials", "4")
     _wait_for_trials(slurm, tmp_path, job, 1)
     slurm.run("scancel", "--signal=TERM", job)
     info = slurm.wait_for_end(job)
@@ -311,14 +311,14 @@ def test_scancel_term_stops_the_study_and_a_resubmitted_job_resumes_it(slurm, tm
     assert info["ExitCode"] == "143:0", info
     _ended_clean(slurm, info, out)
     before = _measured_keys(study)
-    assert 1 <= len(before) < 6
+    assert 1 <= len(before) < 4
     assert not [t.number for t in _trials(study) if t.state.name == "RUNNING"]
 
-    again = slurm.submit(tmp_path, str(SBATCH), str(study), "--n-trials", "6")
+    again = slurm.submit(tmp_path, str(SBATCH), str(study), "--n-trials", "4")
     info = slurm.wait_for_end(again)
     out = _output(tmp_path, again)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), out[-3000:]
-    assert re.search(r"quickstart.*: [1-5]/6 trials done", out), out[-3000:]  # it resumed
+    assert re.search(r"quickstart.*: [1-3]/4 trials done", out), out[-3000:]  # it resumed
     audit = _audit(slurm, study)
     assert audit["ok"], audit
     after = _measured_keys(study)
