@@ -283,3 +283,38 @@ def test_the_earlier_tables_figures_recompute_and_the_docs_show_them(path):
         p90 = _p90(v["trials_to_98pct"])
         row = f"| {name.removesuffix('.csv')} | {_cell(f['median'])} | {_cell(p90)} | {f['best_after_20']:.3f} |"
         assert row in text, row
+
+
+TRIALS = ROOT / "benchmarks" / "results" / "physics_trials"
+TRIED = {
+    "pure bf16 as counted": "pure-bf16",
+    "and Liger's RMSNorm": "pure-bf16-and-liger-rmsnorm",
+    "packed at its row's length": "packed-row-tokens",
+}
+"""docs/estimate.md's physics corrections tried and left out, by the runs' file names."""
+
+
+def test_the_tried_physics_corrections_figures_recompute():
+    """docs/estimate.md's table of the corrections tried on the physics: each row's search figures,
+    as is (the recorded current and certified runs) and with the change (the trial runs in
+    benchmarks/results/physics_trials/), recompute from the runs' sequences."""
+    import gzip
+
+    as_is: dict[str, dict] = {}
+    for path in (*CURRENT, *CERTIFIED):
+        as_is.update(_result(path))
+    doc = (ROOT / "docs" / "estimate.md").read_text().splitlines()
+    lines = [line for line in doc if line.startswith(tuple(f"| {k} |" for k in TRIED))]
+    assert len(lines) == 10, lines
+    for line in lines:
+        change, table, before, after, best = (c.strip() for c in line.strip("|").split("|"))
+        group = "certified" if table.endswith("-certified") else "first"
+        tried = json.loads(gzip.decompress((TRIALS / f"{TRIED[change]}.{group}.json.gz").read_bytes()))
+        name = f"knobs-{table}.csv"
+        assert len(tried[name]["variants"]["default"]["sequences"]) == 20
+        old, new = figures(as_is[name], "default"), figures(tried[name], "default")
+        assert (_cell(old["median"]), _cell(new["median"]), f"{new['best_after_20']:.3f}") == (
+            before,
+            after,
+            best,
+        )

@@ -384,3 +384,53 @@ def test_a_packed_batch_under_a_dense_kernel_is_priced_as_one_row(job):
     compute = physics.time_parts(packed)[1] / physics.time_parts(base)[1]
     assert compute == pytest.approx(per_token(row) / per_token(base.model_max_length), rel=1e-9)
     assert physics.log_throughput(packed) < physics.log_throughput(flash.replace(padding="packed"))
+
+
+def test_the_tried_corrections_figures_in_the_docs(monkeypatch):
+    """docs/estimate.md's figures of the two corrections tried and left out: the H200 run priced
+    with pure bf16's counted activations (10 bytes a token, layer and hidden unit fewer) and with
+    Liger's RMSNorm too (8 more), and a packed batch of the throughput study priced at its row's
+    real length (``b`` entries of the mean length) against ``b x model_max_length``."""
+    import json
+    import math
+
+    from explorer.search import _physics
+    from explorer.trial_config import TrialConfig
+
+    doc = " ".join((ROOT / "docs" / "estimate.md").read_text().split())
+    run = ROOT / "benchmarks/results/gpu/2026-11-28"
+    c = TrialConfig(**json.loads((run / "measure-configs.json").read_text())["best"])
+    assert c.precision == "pure_bf16" and c.liger_kernel
+    loaded = load_study(ROOT / "studies/granite-3.1-2b-full-1xh100-throughput.yaml", check_model=False)
+    h200 = loaded.spec.resources.model_copy(update={"gpu_model": "NVIDIA-H200"})
+    for fewer in (10.0, 18.0):
+        monkeypatch.setattr(_physics, "ACTIVATION_BASE", _physics.ACTIVATION_BASE - fewer)
+        job = JobPhysics(workload=loaded.spec.workload, resources=h200)
+        allocated = job.allocated_gib(c)
+        if fewer == 10.0:
+            assert (
+                f"132.2 GiB allocated (1.03x), but the run stays over the card reserved ({job.memory_gib(c):.1f} GiB against {job.limit_gib:.1f})"
+                in doc
+            )
+            assert job.memory_gib(c) > job.limit_gib and f"{allocated:.1f}" == "132.2"
+        else:
+            assert f"{allocated:.1f} GiB (0.87x)" in doc and job.memory_gib(c) <= job.limit_gib
+        monkeypatch.undo()
+    job = JobPhysics(workload=loaded.spec.workload, resources=loaded.spec.resources)
+    packed = TrialConfig(
+        batch_size=16,
+        number_gpus=1,
+        gradient_checkpointing=False,
+        model_max_length=2048,
+        padding="packed",
+        attn_implementation="flash_attention_2",
+    )
+    mean, _ = job._clipped(16, 2048)
+    priced = math.exp(job.log_throughput(packed))
+    monkeypatch.setattr(JobPhysics, "_tokens", lambda self, c: (c.per_device_batch_size * mean,) * 2)
+    real = math.exp(job.log_throughput(packed))
+    assert f"a mean of {mean:.0f} of 2,048" in doc
+    assert (
+        f"{priced:,.0f} dataset tokens/s, {real:,.0f} with the row's real length ({priced / real:.2f}x high)"
+        in doc
+    )
