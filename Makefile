@@ -15,7 +15,7 @@ test-slow:
 	bash scripts/bootstrap.sh '[test]'
 	bash scripts/postgres.sh install
 	bash scripts/slurm.sh install
-	.venv/bin/python -m pytest -q -m "slow and not gpu"
+	.venv/bin/python -m pytest -q -m "slow and not gpu" --durations=30
 
 test-all:
 	bash scripts/bootstrap.sh '[test]'
