@@ -295,26 +295,29 @@ TRIED = {
 
 
 def test_the_tried_physics_corrections_figures_recompute():
-    """docs/estimate.md's table of the corrections tried on the physics: each row's search figures,
-    as is (the recorded current and certified runs) and with the change (the trial runs in
-    benchmarks/results/physics_trials/), recompute from the runs' sequences."""
+    """docs/estimate.md's table of the corrections tried on the physics: every table of the trial
+    runs (benchmarks/results/physics_trials/) whose median trials to 98% moved by 3 or more against
+    the recorded current and certified runs, or whose best after 20 fell under 0.98, and no other,
+    with its figures recomputed from the runs' sequences."""
     import gzip
 
     as_is: dict[str, dict] = {}
     for path in (*CURRENT, *CERTIFIED):
         as_is.update(_result(path))
+    expected = []
+    for change, stem in TRIED.items():
+        for group in ("certified", "first"):
+            tried = json.loads(gzip.decompress((TRIALS / f"{stem}.{group}.json.gz").read_bytes()))
+            for name, table in tried.items():
+                assert len(table["variants"]["default"]["sequences"]) == 20
+                old, new = figures(as_is[name], "default"), figures(table, "default")
+                moved = abs(min(new["median"], 31) - min(old["median"], 31)) >= 3
+                if moved or new["best_after_20"] < 0.98:
+                    short = name.removeprefix("knobs-").removesuffix(".csv")
+                    expected.append(
+                        f"| {change} | {short} | {_cell(old['median'])} | {_cell(new['median'])} | "
+                        f"{new['best_after_20']:.3f} |"
+                    )
     doc = (ROOT / "docs" / "estimate.md").read_text().splitlines()
-    lines = [line for line in doc if line.startswith(tuple(f"| {k} |" for k in TRIED))]
-    assert len(lines) == 10, lines
-    for line in lines:
-        change, table, before, after, best = (c.strip() for c in line.strip("|").split("|"))
-        group = "certified" if table.endswith("-certified") else "first"
-        tried = json.loads(gzip.decompress((TRIALS / f"{TRIED[change]}.{group}.json.gz").read_bytes()))
-        name = f"knobs-{table}.csv"
-        assert len(tried[name]["variants"]["default"]["sequences"]) == 20
-        old, new = figures(as_is[name], "default"), figures(tried[name], "default")
-        assert (_cell(old["median"]), _cell(new["median"]), f"{new['best_after_20']:.3f}") == (
-            before,
-            after,
-            best,
-        )
+    shown = [line for line in doc if line.startswith(tuple(f"| {k} |" for k in TRIED))]
+    assert shown == expected
