@@ -120,11 +120,12 @@ PENDING = ("timed out", "waits")
 GRACE_S = 20.0
 """At most this long before a step's limit, SIGINT (explorer marks its trials interrupted)."""
 TRL_STUDY = REPO / "studies" / "local-jsonl-trl.yaml"
-TRL_SETS = {
-    "cuda": ("batch_size=16", "number_gpus=1", "model_max_length=512"),
-    "cpu": ("batch_size=4", "number_gpus=1", "model_max_length=512"),
+TRL_RUN = {
+    "cuda": (("batch_size=16", "number_gpus=1", "model_max_length=512"), 2, 10),
+    "cpu": (("batch_size=4", "number_gpus=1", "model_max_length=512"), 1, 3),
 }
-"""The configuration ``trl`` measures; on the CPU a small one (the dry run checks the step runs)."""
+"""The configuration ``trl`` measures, its warmup and measured steps, by device; on the CPU a small
+one (the dry run checks that the step runs)."""
 STUDY = {
     "cuda": REPO / "studies" / "granite-3.1-2b-full-1xh100-throughput.yaml",
     "cpu": REPO / "benchmarks" / "gpu_kit_cpu.yaml",
@@ -612,17 +613,17 @@ def trl_study(kit: Kit) -> Path:
     data["search_space"] = space
     data["storage"] = f"sqlite:///{kit.out / 'kit-trl.db'}"
     data["output_dir"] = str(kit.work / "runs-trl")
-    steps = (2, 10) if kit.device == "cuda" else (1, 3)
+    _, warmup, measured = TRL_RUN[kit.device]
     data["measurement"] = {
-        "warmup_steps": steps[0],
-        "measured_steps": steps[1],
+        "warmup_steps": warmup,
+        "measured_steps": measured,
         "stop": "steps",
         "trial_timeout_s": 240,
     }
     if kit.device == "cuda":
         data["resources"] = {"gpus_per_node": 1, "device": "cuda"}
-    else:  # the kit measures SFTTrainer's two paddings, not the study's cap: packed rows of 16 x
-        # 512 tokens peaked at 1.06 GiB on one 2-core VM, over the study's 1 GiB
+    else:  # the kit measures SFTTrainer's two paddings, not the study's cap (packed rows of 16 x
+        # 512 tokens peaked at 1.06 GiB on one 2-core VM, over the study's 1 GiB)
         data["resources"]["device_memory_gib"] = 2.0
     path = kit.work / "local-jsonl-trl.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -632,7 +633,7 @@ def trl_study(kit: Kit) -> Path:
 def step_trl(kit: Kit, clock: Clock) -> str:
     """One ``trl`` configuration, padded to max_length and packed, measured under SFTTrainer."""
     runs = {
-        padding: [a for s in (*TRL_SETS[kit.device], f"padding={padding}") for a in ("--set", s)]
+        padding: [a for s in (*TRL_RUN[kit.device][0], f"padding={padding}") for a in ("--set", s)]
         for padding in ("max_length", "packed")
     }
     return _measure_each(kit, clock, trl_study(kit), runs, "trl")
