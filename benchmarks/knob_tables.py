@@ -40,11 +40,16 @@ position ids; issue 27, item 5).
   of unsharded gradients; SHARD_GRAD_OP keeps all bf16 weights gathered (2P) plus sharded states;
   ``fsdp_cpu_offload`` leaves only the gathered working set on the GPU; FSDP with offload on
   one GPU (issue 23) is the same with N = 1 (no NCCL buffers, no communication: a world of one);
-* activations, bytes a token a layer: ``2 * (6h + 2kv + 3I)`` (Korthikanti et al. 2022's count
-  for a SwiGLU block), +4h under mixed (fp32 RMSNorm); Liger's fused RMSNorm and SwiGLU keep
-  ``2h + 2I`` less (Liger Kernel, Hsu et al. 2024); a checkpointed layer keeps its input (2h) and
-  one layer is recomputed at a time; torch_compile's min-cut saves 15% (assumption) unless Liger
-  breaks the graph;
+* activations, bytes a token a layer: what a transformers decoder layer saves, as
+  ``benchmarks/activation_bytes.py`` counts it (autograd's saved-tensor hooks): ``30h + 4kv + 8I``
+  under bf16 autocast (fp32 RMSNorm tensors, every projection's bf16 input cast), ``20h + 4kv +
+  8I`` in pure bf16; Liger's fused RMSNorm and SwiGLU keep ``8h + 2I`` less (its RMSNorm its bf16
+  input and an fp32 rstd a row, its SwiGLU the gate and up projections: Liger-Kernel's source); a
+  checkpointed layer keeps its input (fp32 under autocast: 4h; 2h in pure bf16) and one layer is
+  recomputed at a time; torch_compile's min-cut saves 15% (assumption) unless Liger breaks the
+  graph. The tables as first written priced Korthikanti et al. 2022's count, ``2 * (6h + 2kv +
+  3I)`` (+4h under mixed; Liger ``2h + 2I`` less; a checkpointed layer 2h): their bests are in
+  ``knobs-*tables.korthikanti.sha256.json``;
 * attention: eager keeps 6 bytes a score element a head (fp32 softmax output, bf16
   probabilities) in each layer not checkpointed plus one fp32 layer transient, and a bf16 additive
   mask; sdpa a 1-byte boolean mask; flash nothing;
@@ -433,11 +438,20 @@ def _states(a: Arch, c: Any, lora: bool) -> tuple[float, float]:
 
 
 def _activation_bytes(a: Arch, c: Any) -> float:
+    """Bytes a token and layer that a transformers decoder layer saves: ``30h + 4kv + 8I`` under
+    bf16 autocast, ``20h + 4kv + 8I`` in pure bf16 (counted, ``benchmarks/activation_bytes.py``);
+    Liger's RMSNorm and SwiGLU ``8h + 2I`` fewer (their sources)."""
     h, i, kv = a.hidden, a.intermediate, a.kv
-    per = 2 * (6 * h + 2 * kv + 3 * i) + (4 * h if c.precision == "mixed" else 0)
+    per = (30 * h if c.precision == "mixed" else 20 * h) + 4 * kv + 8 * i
     if c.liger_kernel:
-        per -= 2 * h + 2 * i
+        per -= 8 * h + 2 * i
     return per
+
+
+def _checkpointed_input(a: Arch, c: Any) -> float:
+    """Bytes a token that a checkpointed layer keeps: its input, fp32 under autocast (the residual
+    stream is in the weights' dtype), bf16 in pure bf16."""
+    return (4 if c.precision == "mixed" else 2) * a.hidden
 
 
 def memory_gib(a: Arch, g: Gpu, c: Any, w: Work, lora: bool) -> float:
@@ -447,7 +461,7 @@ def memory_gib(a: Arch, g: Gpu, c: Any, w: Work, lora: bool) -> float:
     per = _activation_bytes(a, c)
     ck = round(f * a.layers)
     kept = a.layers - ck
-    acts = (kept * per + ck * 2 * a.hidden) * w.tokens + (per * w.tokens if ck else 0.0)
+    acts = (kept * per + ck * _checkpointed_input(a, c)) * w.tokens + (per * w.tokens if ck else 0.0)
     compile_ = getattr(c, "torch_compile", False)
     if compile_ and not c.liger_kernel:
         acts *= 0.85

@@ -258,6 +258,12 @@ class Knob:
     activation_share: Mapping[Any, float] = field(default_factory=dict)
     """A multiplier of the saved activations by value (unlisted: 1), for the search's memory
     estimate (:mod:`explorer.search._physics`)."""
+    activation_share_unless: str | None = None
+    """A bool knob that, when on, leaves :attr:`activation_share` out: its kernels already keep
+    only what this knob's share would save (``None``: the share always applies)."""
+    activation_bytes: Mapping[Any, float] = field(default_factory=dict)
+    """Bytes a token, layer and hidden unit that a layer saves more (negative: fewer) by value
+    (unlisted: 0), added to the search's :data:`explorer.search._physics.ACTIVATION_BASE`."""
     mlp_activation_share: Mapping[Any, float] = field(default_factory=dict)
     """A multiplier of the activations a gated MLP saves (its intermediate-width tensors) by value
     (unlisted: 1), for the search's memory estimate (:mod:`explorer.search._physics`)."""

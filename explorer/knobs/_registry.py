@@ -445,6 +445,10 @@ _DECLARED = (
         # keeps fewer outputs: fitted by benchmarks/physics_fit.py (torchtitan's pair, 82.4 ->
         # 77.0 GiB; IDRIS's Qwen2.5 logs, 107.4 -> 82.1 GiB at 14B)
         activation_share={True: 0.74},
+        # Liger's fused RMSNorm and SwiGLU are those chains already, as autograd Functions that
+        # save their own few tensors and that the partitioner cannot cut: compile saves nothing
+        # more there
+        activation_share_unless="liger_kernel",
         label=lambda v, c: "compile" if v else None,
         training_args="torch_compile",
     ),
@@ -519,6 +523,10 @@ _DECLARED = (
         memory=Axis("ordered", ("pure_bf16", "mixed")),
         speed=Axis("ordered", ("mixed", "pure_bf16")),
         efficiency={"pure_bf16": 1.05},  # no fp32 master weights to cast every step
+        # no fp32 residual stream and norm upcasts: a transformers layer keeps 10 bytes a token
+        # and hidden unit fewer than under autocast (benchmarks/activation_bytes.py counts 53.1
+        # against 63.1 on granite-3.1-2b's layer)
+        activation_bytes={"pure_bf16": -10.0},
         label=lambda v, c: "bf16" if v == "pure_bf16" else None,
     ),
     Knob(
@@ -536,6 +544,10 @@ _DECLARED = (
         # backward (Liger-Kernel src/liger_kernel/ops/swiglu.py): three of the MLP's four saved
         # intermediate-width tensors (down_proj still saves its input)
         mlp_activation_share={True: 0.75},
+        # LigerRMSNormFunction saves its 16-bit input and one fp32 rstd a row (Liger-Kernel
+        # src/liger_kernel/ops/rms_norm.py), where transformers' RMSNorm keeps the fp32 upcast
+        # and the normalized fp32 tensor: 8 bytes a token and hidden unit fewer
+        activation_bytes={True: -8.0},
         label=lambda v, c: "liger" if v else None,
         needs={True: Needs(cuda=True, module="liger_kernel", model_types=LIGER_MODEL_TYPES)},
     ),

@@ -18,8 +18,10 @@ Memory per device (bytes), for the parameters ``P`` (``T`` of them trainable):
   buckets; FSDP's CPU offload leaves two layers' worth of weights on the device (PyTorch FSDP docs);
 * activations: ``tokens x (hidden x ACTIVATION_BASE + intermediate x ACTIVATION_MLP)`` bytes per
   layer (Korthikanti et al. 2022, "Reducing activation recomputation", table 2, with the MLP's
-  share growing with its width), times the knobs' ``activation_share`` (torch.compile's 0.74,
-  fitted), plus
+  share growing with its width), the knobs' ``activation_bytes`` added to the base (pure bf16 10
+  and Liger's RMSNorm 8 bytes fewer: counted, ``benchmarks/activation_bytes.py``, and read in
+  Liger's source), times the knobs' ``activation_share`` (torch.compile's 0.74, fitted; void under
+  Liger, whose fused kernels are the chains compile would recompute), plus
   ``5 x heads x length`` per token with eager attention, which stores the score matrix; a
   checkpointed layer keeps its input only (2 x hidden bytes a token); a packed batch is one row
   of every entry (``DataCollatorWithFlattening``), and under eager or sdpa transformers'
@@ -46,7 +48,8 @@ worker certifies the worst case (:mod:`explorer.worker._worst_case`).
 Throughput (dataset tokens a second per GPU) is ``dataset tokens a step / step time``:
 
 * compute: the FLOPs of :class:`explorer.flops.FlopModel` on the tokens the step computes on
-  (padding included), recomputation included, attention over each entry's length (a packed
+  (padding included; a packed batch is one row of its ``b`` entries as they are, ``b`` times the
+  mean length), recomputation included, attention over each entry's length (a packed
   batch's whole row under eager or sdpa), at the data sheet's peak times an efficiency
   (:meth:`JobPhysics.efficiency`): ``MFU_REF``, lower on a GPU with more FLOPs per byte of memory
   bandwidth, for narrow models and for short steps; times the knobs' ``efficiency`` (torch.compile's
@@ -190,8 +193,14 @@ A10G 0.937 (``benchmarks/evidence/gpus.csv``)."""
 
 _EFFICIENCY = [(k.name, k.efficiency) for k in knobs() if k.efficiency]
 """The knobs' multipliers of the compute efficiency (the registry's ``efficiency``)."""
-_ACTIVATION_SHARE = [(k.name, k.activation_share) for k in knobs() if k.activation_share]
-"""The knobs' multipliers of the saved activations (the registry's ``activation_share``)."""
+_ACTIVATION_SHARE = [
+    (k.name, k.activation_share, k.activation_share_unless) for k in knobs() if k.activation_share
+]
+"""The knobs' multipliers of the saved activations (the registry's ``activation_share``), each
+with the knob that voids it when on (``activation_share_unless``)."""
+_ACTIVATION_BYTES = [(k.name, k.activation_bytes) for k in knobs() if k.activation_bytes]
+"""The knobs' bytes a token, layer and hidden unit added to :data:`ACTIVATION_BASE` (the registry's
+``activation_bytes``: pure bf16's and Liger's RMSNorm's fewer saved tensors)."""
 _MLP_SHARE = [(k.name, k.mlp_activation_share) for k in knobs() if k.mlp_activation_share]
 """The knobs' multipliers of a gated MLP's saved activations (the registry's
 ``mlp_activation_share``: Liger's SwiGLU keeps three of its four intermediate-width tensors)."""
@@ -209,6 +218,16 @@ def _product(tables: list[tuple[str, Any]], c: TrialConfig, start: float = 1.0) 
     for name, table in tables:
         start *= table.get(getattr(c, name, None), 1.0)
     return start
+
+
+def _activation_share(c: TrialConfig) -> float:
+    """The product of the knobs' multipliers of the saved activations for ``c``, each left out
+    where the knob that voids it is on."""
+    share = 1.0
+    for name, table, unless in _ACTIVATION_SHARE:
+        if unless is None or not getattr(c, unless, False):
+            share *= table.get(getattr(c, name, None), 1.0)
+    return share
 
 
 def _state_bytes(c: TrialConfig, default: float) -> float:
@@ -345,9 +364,9 @@ class JobPhysics:
     def _tokens(self, c: TrialConfig) -> tuple[float, float]:
         """(dataset tokens, computed tokens) a device step, on average."""
         b, s = c.per_device_batch_size, c.model_max_length
-        if c.padding == "packed":
-            return b * s, b * s
         mean, longest = self._clipped(b, s)
+        if c.padding == "packed":  # one row of b entries as they are (DataCollatorWithFlattening)
+            return b * mean, b * mean
         return b * mean, b * (longest if c.padding == "longest" else s)
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 (one instance a study, a few (b, s) pairs)
@@ -380,8 +399,11 @@ class JobPhysics:
             kept += grads
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
         mlp = ACTIVATION_MLP * _product(_MLP_SHARE, c) if a.gated else ACTIVATION_MLP / 2  # two of four
-        per_layer = tokens * (a.hidden * ACTIVATION_BASE + a.intermediate * mlp)
-        per_layer *= _product(_ACTIVATION_SHARE, c)
+        base = ACTIVATION_BASE + sum(
+            table.get(getattr(c, name, None), 0.0) for name, table in _ACTIVATION_BYTES
+        )
+        per_layer = tokens * (a.hidden * base + a.intermediate * mlp)
+        per_layer *= _activation_share(c)
         row = tokens if _dense_packed(c) else s  # a packed batch is one row, which dense kernels see whole
         if c.attn_implementation == "eager":
             per_layer += tokens * a.heads * row * SCORE_BYTES
