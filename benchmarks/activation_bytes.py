@@ -2,8 +2,9 @@
 
 The physics (:mod:`explorer.search._physics`) prices a layer's saved activations at ``hidden x
 ACTIVATION_BASE + intermediate x ACTIVATION_MLP`` bytes a token, fitted to published peaks, with
-small per-knob changes (Liger's SwiGLU). The one full fine-tune measured on a GPU (granite-3.1-2b
-on an H200, pure bf16 and Liger) peaked 12% under that estimate. This script counts instead of
+per-knob changes (pure bf16, Liger's RMSNorm and SwiGLU) taken from this count and Liger's source.
+The one full fine-tune measured on a GPU (granite-3.1-2b on an H200, pure bf16 and Liger) peaked
+22% under the estimate before those changes. This script counts instead of
 fitting: it runs one forward and loss of an HF model built from a study's architecture (with
 ``--layers`` decoder layers) under ``torch.autograd.graph.saved_tensors_hooks`` and adds up the
 storage of every tensor the autograd graph keeps, once each, by the decoder layer running when it
