@@ -18,6 +18,7 @@ matrix is kept).
 
     python3 benchmarks/activation_bytes.py --json OUT.json            # the granite study, CPU or CUDA
     python3 benchmarks/activation_bytes.py --study studies/X.yaml --layers 2 --batch 2 --seq 96
+    python3 benchmarks/activation_bytes.py --reprice OUT.json        # the physics' figures only
 
 One JSON object: the shape, then per variant the bytes a token each layer saved (``per_layer``,
 their mean ``layer_bytes_per_token``, over ``hidden`` as ``per_hidden``), what was saved outside
@@ -243,6 +244,28 @@ def run(
     return out
 
 
+def reprice(path: Path) -> dict[str, Any]:
+    """A recorded count (``--json``'s file) priced again by the package's physics as it is now:
+    only each variant's ``physics_layer_bytes_per_token`` and ``ratio`` change, so a change of the
+    physics needs no new count (granite's layers in bf16 take over half an hour on a CPU without
+    bf16 instructions)."""
+    from explorer.study_file import load_study
+
+    out = json.loads(path.read_text())
+    spec = load_study(ROOT / out["study"], check_model=False, check_launcher=False, check_hub=False).spec
+    for name, v in out["variants"].items():
+        if "per_layer" not in v:
+            continue
+        precision, _, liger = name.partition("+")
+        estimate = physics_layer_bytes(
+            spec, precision=precision, liger=bool(liger), batch=out["batch"], seq=out["seq"]
+        )
+        v["physics_layer_bytes_per_token"] = estimate
+        v["ratio"] = v["layer_bytes_per_token"] / estimate
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", type=Path, default=STUDY)
@@ -251,7 +274,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seq", type=int, default=1000, help="tokens a row (not a weight's dimension)")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--json", type=Path, help="write the result here too")
+    ap.add_argument("--reprice", type=Path, help="price a recorded count again with the physics as it is")
     args = ap.parse_args(argv)
+    if args.reprice is not None:
+        print(json.dumps(reprice(args.reprice), indent=1))
+        return 0
     import torch
 
     device = args.device if args.device != "auto" else "cuda" if torch.cuda.is_available() else "cpu"

@@ -102,3 +102,12 @@ def test_the_recorded_granite_count_and_the_docs_figures():
         f"keeps {mixed['layer_bytes_per_token'] / data['hidden']:.1f} under the Trainer's bf16 autocast"
         in bench
     )
+
+
+def test_the_recorded_count_is_priced_by_the_physics_as_it_is(tmp_path):
+    """``--reprice`` leaves the recorded file as it is: its physics figures are the package's now
+    (a change of the physics re-prices it), and the counts are not touched."""
+    copy = tmp_path / "count.json"
+    copy.write_text(RECORDED.read_text())
+    assert _script().main(["--reprice", str(copy)]) == 0
+    assert json.loads(copy.read_text()) == json.loads(RECORDED.read_text())
