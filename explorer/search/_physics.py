@@ -220,6 +220,11 @@ def _product(tables: list[tuple[str, Any]], c: TrialConfig, start: float = 1.0) 
     return start
 
 
+def _sum(tables: list[tuple[str, Any]], c: TrialConfig) -> float:
+    """The sum of each knob's table entry for ``c``'s value (unlisted: 0)."""
+    return sum(table.get(getattr(c, name, None), 0.0) for name, table in tables)
+
+
 def _activation_share(c: TrialConfig) -> float:
     """The product of the knobs' multipliers of the saved activations for ``c``, each left out
     where the knob that voids it is on."""
@@ -399,9 +404,7 @@ class JobPhysics:
             kept += grads
         tokens, s = c.per_device_batch_size * c.model_max_length, c.model_max_length
         mlp = ACTIVATION_MLP * _product(_MLP_SHARE, c) if a.gated else ACTIVATION_MLP / 2  # two of four
-        base = ACTIVATION_BASE + sum(
-            table.get(getattr(c, name, None), 0.0) for name, table in _ACTIVATION_BYTES
-        )
+        base = ACTIVATION_BASE + _sum(_ACTIVATION_BYTES, c)
         per_layer = tokens * (a.hidden * base + a.intermediate * mlp)
         per_layer *= _activation_share(c)
         row = tokens if _dense_packed(c) else s  # a packed batch is one row, which dense kernels see whole
@@ -420,7 +423,7 @@ class JobPhysics:
         logits = tokens * a.vocab * logit_bytes
         # the gradients fill as the backward frees the activations and logits, and the foreach
         # step's temporaries come after it: only what they exceed those by adds to the peak
-        copies = sum(table.get(getattr(c, name, None), 0.0) for name, table in _STEP_COPIES)
+        copies = _sum(_STEP_COPIES, c)
         held = states / full_states if full_states else 0.0  # the share of the states on this device
         temporaries = copies * width * self.trainable * held  # weight-width copies, sharded as the states
         exposed = max(0.0, transient + temporaries - acts - logits)
