@@ -285,3 +285,44 @@ def test_the_tables_activations_against_the_counted_layer_in_the_docs():
     assert f"{span(mixed)} of the transformers layer counted under autocast" in doc
     assert f"{span(pure)} of it in pure bf16" in doc
     assert f"pure bf16 kept {span(share)} of autocast's activations there, {span(counted)} counted" in doc
+
+
+def test_the_docs_certified_bests_near_the_card():
+    """docs/benchmarks.md's peaks of two certified tables' bests against their cards: gemma's one
+    L4 (two reach 0.972 of it with DDP) and granite-with-compile's best and its FULL_SHARD
+    neighbour with and without compile."""
+    kt = _module()
+    text = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
+
+    def ranked(name: str) -> tuple[list[dict[str, str]], float]:
+        rows = [r for r in _rows(f"{name}-certified") if r["is_valid"] == "1" and r[CLEAN]]
+        rows.sort(key=lambda r: -float(r[CLEAN]))
+        return rows, float(rows[0][CLEAN])
+
+    gemma, best = ranked("gemma2-2b-l4x2-lora-long")
+    l4 = kt.GPUS["NVIDIA-L4"].capacity_gib
+    two = max((r for r in gemma if r["number_gpus"] == "2"), key=lambda r: float(r[CLEAN]))
+    assert gemma[0]["number_gpus"] == "1" and two["distributed_backend"] == "DDP"
+    said = (
+        f"(21.1 GiB of {l4:.1f}), and two L4s reach {float(two[CLEAN]) / best:.3f} of it (DDP, "
+        f"{two['batch_size']} packed rows a GPU)"
+    )
+    assert f"{float(gemma[0]['peak_memory_gib']):.1f}" == "21.1" and said in text, said
+    granite, best = ranked("granite-2b-a100-80x4-compile")
+    top = granite[0]
+    a100 = kt.GPUS["NVIDIA-A100-SXM4-80GB"].capacity_gib
+    assert f"no compile: {float(top['peak_memory_gib']):.1f} GiB of {a100:.1f})" in text
+    but = ("fsdp_sharding_strategy", "torch_compile")
+    rows = _rows("granite-2b-a100-80x4-compile-certified")
+    full = [
+        r
+        for r in rows
+        if r["fsdp_sharding_strategy"] == "FULL_SHARD" and _key(r, but=but) == _key(top, but=but)
+    ]
+    off = next(r for r in full if r["torch_compile"] == "False")
+    on = next(r for r in full if r["torch_compile"] == "True")
+    said = (
+        f"FULL_SHARD neighbour ({float(off['peak_memory_gib']):.1f} GiB, {float(off[CLEAN]) / best:.3f}) measured "
+        f"with compile ({float(on['peak_memory_gib']):.1f} GiB, {float(on[CLEAN]) / best:.2f} of the best"
+    )
+    assert said in text, said
