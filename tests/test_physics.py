@@ -362,6 +362,17 @@ def test_the_h200_peak_falls_between_the_earlier_tables_model_and_the_physics():
     doc = " ".join((ROOT / "docs" / "benchmarks.md").read_text().split())
     said = f"the physics at {physics:.1f} ({physics / allocated:.2f}x, {job.memory_gib(c):.1f} GiB reserved"
     assert said in doc, said
+    for page, said in (
+        (
+            "estimate.md",
+            f"{job.memory_gib(c):.1f} GiB reserved and {physics:.1f} allocated ({physics / allocated:.2f}x)",
+        ),
+        (
+            "gpu.md",
+            f"{job.memory_gib(c):.1f} GiB reserved and {physics:.1f} allocated for this run ({physics / allocated:.2f}x)",
+        ),
+    ):
+        assert said in " ".join((ROOT / "docs" / page).read_text().split()), (page, said)
 
 
 def test_a_packed_batch_under_a_dense_kernel_is_priced_as_one_row(job):
